@@ -1,0 +1,4 @@
+"""attnkit: attention models end to end (self-attention, multi-head attention, positional
+encodings, the Transformer for translation, DETR for detection)."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,53 @@
+"""The project's error types and how the command line reports them.
+
+A `UserError` is something the user can fix (a missing file, a malformed JSON line, an unknown
+option value, a checkpoint from another model). The CLI prints it as one line, `error: ...`, on
+stderr and exits with code 2, without a traceback. Programming errors stay exceptions.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+USER_ERROR_EXIT_CODE = 2
+
+
+class UserError(Exception):
+    """Bad input from the user: the message says what is wrong and where."""
+
+
+class ConfigError(UserError, ValueError):
+    """An invalid configuration value (also a ValueError for library callers)."""
+
+
+class DataError(UserError, ValueError):
+    """A data file that cannot be read as promised: names the file and the entry."""
+
+
+class CheckpointError(UserError):
+    """A run folder or weights file that is missing, corrupt, or from another model."""
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn a UserError (and a few OS errors about user paths) into `error: ...` and exit code 2."""
+    try:
+        yield
+    except UserError as error:
+        _fail(str(error))
+    except FileNotFoundError as error:
+        _fail(f"file not found: {error.filename or error}")
+    except IsADirectoryError as error:
+        _fail(f"expected a file but found a folder: {error.filename or error}")
+    except PermissionError as error:
+        _fail(f"permission denied: {error.filename or error}")
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
+
+
+def _fail(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(USER_ERROR_EXIT_CODE) from None

@@ -1,0 +1,191 @@
+"""Multi-head attention (Vaswani et al. 2017, section 3.2.2).
+
+    MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,   head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
+
+Each head has its own projections and attends only within itself; the heads' outputs are
+concatenated and mixed by one more matrix, W^O (`out_proj`).
+
+`MultiHeadAttention` is a drop-in for `torch.nn.MultiheadAttention`: the same constructor
+arguments, parameter names (`in_proj_weight`, `in_proj_bias`, or `q_proj_weight`,
+`k_proj_weight`, `v_proj_weight` when kdim/vdim differ from embed_dim; `out_proj`), forward
+signature and mask conventions (bool True = *not* allowed to attend; float masks are added).
+Beyond torch's module it decodes incrementally with a `KVCache` and can rotate queries and keys
+with a `RotaryEmbedding`.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnkit.nn.attention import causal_mask, reference_attention, scaled_dot_product_attention
+from attnkit.nn.kv_cache import KVCache
+from attnkit.nn.positional_encoding.rotary import RotaryEmbedding
+
+
+class MultiHeadAttention(nn.Module):
+    """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O; a drop-in for torch.nn.MultiheadAttention."""
+
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
+                 add_bias_kv: bool = False, add_zero_attn: bool = False, kdim: int | None = None,
+                 vdim: int | None = None, batch_first: bool = False, device=None, dtype=None,
+                 rotary: RotaryEmbedding | None = None) -> None:
+        super().__init__()
+        if embed_dim <= 0 or num_heads <= 0 or embed_dim % num_heads:
+            raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
+        if add_bias_kv or add_zero_attn:
+            raise ValueError("add_bias_kv and add_zero_attn are not supported")
+        factory = {"device": device, "dtype": dtype}
+        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+        self.kdim, self.vdim = kdim or embed_dim, vdim or embed_dim
+        self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
+        self.dropout, self.batch_first, self.rotary = dropout, batch_first, rotary
+        if self._qkv_same_embed_dim:
+            self.in_proj_weight = nn.Parameter(torch.empty(3 * embed_dim, embed_dim, **factory))
+            self.register_parameter("q_proj_weight", None)
+            self.register_parameter("k_proj_weight", None)
+            self.register_parameter("v_proj_weight", None)
+        else:
+            self.q_proj_weight = nn.Parameter(torch.empty(embed_dim, embed_dim, **factory))
+            self.k_proj_weight = nn.Parameter(torch.empty(embed_dim, self.kdim, **factory))
+            self.v_proj_weight = nn.Parameter(torch.empty(embed_dim, self.vdim, **factory))
+            self.register_parameter("in_proj_weight", None)
+        self.in_proj_bias = nn.Parameter(torch.empty(3 * embed_dim, **factory)) if bias else None
+        if not bias:
+            self.register_parameter("in_proj_bias", None)
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
+        self.bias_k = self.bias_v = None  # torch's attributes, always None here
+        self.add_zero_attn = False
+        self._reset_parameters()
+
+    def _reset_parameters(self) -> None:
+        """torch's initialisation: Xavier-uniform projections, zero biases."""
+        for weight in (self.in_proj_weight, self.q_proj_weight, self.k_proj_weight, self.v_proj_weight):
+            if weight is not None:
+                nn.init.xavier_uniform_(weight)
+        if self.in_proj_bias is not None:
+            nn.init.zeros_(self.in_proj_bias)
+            nn.init.zeros_(self.out_proj.bias)
+
+    def forward(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Tensor | None = None,
+                need_weights: bool = True, attn_mask: Tensor | None = None, average_attn_weights: bool = True,
+                is_causal: bool = False, cache: KVCache | None = None) -> tuple[Tensor, Tensor | None]:
+        """Inputs as torch's: (queries, batch, embed_dim), or batch first, or unbatched (queries, embed_dim).
+
+        Returns (output, weights); weights are (batch, queries, keys) averaged over heads, or
+        (batch, heads, queries, keys), or None when need_weights is False (the fast path).
+        With a `cache`, key and value are only the new positions (self-attention) or, for a
+        static cache, the memory, projected on the first call and reused afterwards.
+        """
+        unbatched = query.dim() == 2
+        query, key, value = (self._to_batch_first(x, unbatched) for x in (query, key, value))
+        if unbatched and key_padding_mask is not None:
+            key_padding_mask = key_padding_mask.unsqueeze(0)
+        q, k, v = self._project(query, key, value, cache)
+        dropout = self.dropout if self.training else 0.0
+        if need_weights:
+            allowed = self._allowed(attn_mask, key_padding_mask, is_causal, q, k)
+            heads, weights = self._attend_with_weights(q, k, v, allowed, dropout)
+            weights = weights.mean(dim=1) if average_attn_weights else weights
+        elif is_causal and attn_mask is None and key_padding_mask is None and q.size(-2) == k.size(-2):
+            heads, weights = scaled_dot_product_attention(q, k, v, dropout=dropout, is_causal=True), None
+        else:
+            allowed = self._allowed(attn_mask, key_padding_mask, is_causal, q, k)
+            heads, weights = scaled_dot_product_attention(q, k, v, mask=allowed, dropout=dropout), None
+        output = self.out_proj(heads.transpose(1, 2).flatten(2))  # concat heads: (batch, queries, embed_dim)
+        output = output.squeeze(0) if unbatched else output if self.batch_first else output.transpose(0, 1)
+        if unbatched and weights is not None:
+            weights = weights.squeeze(0)
+        return output, weights
+
+    def _to_batch_first(self, x: Tensor, unbatched: bool) -> Tensor:
+        if unbatched:
+            return x.unsqueeze(0)
+        return x if self.batch_first else x.transpose(0, 1)
+
+    def _project(self, query: Tensor, key: Tensor, value: Tensor, cache: KVCache | None) -> tuple[Tensor, Tensor, Tensor]:
+        """Q W^Q, K W^K, V W^V split into heads: each (batch, heads, length, head_dim)."""
+        self._check_features(query, key, value)
+        w_q, w_k, w_v = self._weights()
+        b_q, b_k, b_v = self.in_proj_bias.chunk(3) if self.in_proj_bias is not None else (None, None, None)
+        offset = cache.length if cache is not None and not cache.static else 0
+        q = self._rotate(self._split_heads(F.linear(query, w_q, b_q)), offset)
+        if cache is not None and cache.static and cache.filled:
+            return q, cache.key, cache.value
+        if key is value and w_k.shape == w_v.shape:  # one matmul for K and V (self- or encoder-decoder attention)
+            k, v = F.linear(key, torch.cat([w_k, w_v]), None if b_k is None else torch.cat([b_k, b_v])).chunk(2, dim=-1)
+        else:
+            k, v = F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
+        k, v = self._rotate(self._split_heads(k), offset), self._split_heads(v)
+        return (q, *cache.extend(k, v)) if cache is not None else (q, k, v)
+
+    def _weights(self) -> tuple[Tensor, Tensor, Tensor]:
+        if self._qkv_same_embed_dim:
+            return self.in_proj_weight.chunk(3)
+        return self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
+
+    def _split_heads(self, x: Tensor) -> Tensor:
+        # (batch, length, embed_dim) -> (batch, heads, length, head_dim)
+        return x.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2)
+
+    def _rotate(self, x: Tensor, offset: int) -> Tensor:
+        return x if self.rotary is None else self.rotary(x, offset)
+
+    def _check_features(self, query: Tensor, key: Tensor, value: Tensor) -> None:
+        for name, x, size in (("query", query, self.embed_dim), ("key", key, self.kdim), ("value", value, self.vdim)):
+            if x.size(-1) != size:
+                raise ValueError(f"{name} has {x.size(-1)} features, expected {size}: {name} shape {tuple(x.shape)}")
+        if query.size(0) != key.size(0) or key.shape[:2] != value.shape[:2]:
+            raise ValueError(f"batch or length mismatch: query {tuple(query.shape)}, key {tuple(key.shape)}, "
+                             f"value {tuple(value.shape)} (batch_first={self.batch_first})")
+
+    def _allowed(self, attn_mask: Tensor | None, key_padding_mask: Tensor | None, is_causal: bool,
+                 q: Tensor, k: Tensor) -> Tensor | None:
+        """torch's masks (True = forbidden) merged into one SDPA mask (True = allowed, or additive float)."""
+        batch, heads, queries, keys = q.size(0), self.num_heads, q.size(-2), k.size(-2)
+        masks = []
+        if attn_mask is not None:
+            masks.append(self._attn_mask(attn_mask, batch, queries, keys))
+        elif is_causal:  # aligned at the end: with a cache, the queries are the last positions
+            masks.append(~causal_mask(queries, keys, device=q.device))
+        if key_padding_mask is not None:
+            if key_padding_mask.shape != (batch, keys):
+                raise ValueError(f"key_padding_mask must be (batch, keys) = {(batch, keys)}, "
+                                 f"got {tuple(key_padding_mask.shape)}")
+            masks.append(key_padding_mask.view(batch, 1, 1, keys))
+        return _merge(masks, q.dtype)
+
+    def _attn_mask(self, attn_mask: Tensor, batch: int, queries: int, keys: int) -> Tensor:
+        if attn_mask.dim() == 2 and attn_mask.shape == (queries, keys):
+            return attn_mask
+        if attn_mask.dim() == 3 and attn_mask.shape == (batch * self.num_heads, queries, keys):
+            return attn_mask.view(batch, self.num_heads, queries, keys)
+        raise ValueError(f"attn_mask must be (queries, keys) = {(queries, keys)} or (batch * heads, queries, keys) = "
+                         f"{(batch * self.num_heads, queries, keys)}, got {tuple(attn_mask.shape)}")
+
+    def _attend_with_weights(self, q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None,
+                             dropout: float) -> tuple[Tensor, Tensor]:
+        """The explicit path, when the caller wants the attention weights: (batch, heads, queries, keys)."""
+        _, weights = reference_attention(q, k, v, mask=allowed)
+        kept = F.dropout(weights, p=dropout) if dropout > 0 else weights
+        return kept @ v, kept
+
+
+def _merge(masks: list[Tensor], dtype: torch.dtype) -> Tensor | None:
+    """Forbidden-masks (bool True, or additive float) -> one SDPA mask: bool allowed, or float additive."""
+    if not masks:
+        return None
+    for mask in masks:
+        if mask.dtype != torch.bool and not mask.is_floating_point():
+            raise ValueError(f"attention masks must be bool or floating point, got {mask.dtype}")
+    if all(mask.dtype == torch.bool for mask in masks):
+        forbidden = masks[0]
+        for mask in masks[1:]:
+            forbidden = forbidden | mask
+        return ~forbidden
+    total = torch.zeros((), dtype=dtype, device=masks[0].device)
+    for mask in masks:
+        additive = torch.zeros_like(mask, dtype=dtype).masked_fill(mask, float("-inf")) if mask.dtype == torch.bool else mask.to(dtype)
+        total = total + additive
+    return total

@@ -1,0 +1,1 @@
+"""Pictures: attention maps, detections, run reports."""
