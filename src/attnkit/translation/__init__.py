@@ -1,0 +1,1 @@
+"""The translation system: a Transformer sequence-to-sequence model trained on a parallel corpus."""

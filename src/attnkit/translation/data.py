@@ -1,0 +1,224 @@
+"""Parallel corpora: sentence pairs read from the formats people have.
+
+Three formats, chosen by file name:
+  * TSV, `train.tsv`: one pair per line, `source<TAB>target`;
+  * two aligned plain-text files, `train.en` + `train.de`: line i of one translates line i of the other;
+  * JSON lines as Hugging Face datasets write them, `train.jsonl`: `{"translation": {"en": ..., "de": ...}}`.
+
+Nothing is ever silently misaligned: files whose line counts differ, lines that are not UTF-8,
+TSV lines without a tab and malformed JSON raise a `DataError` naming the file and line. Pairs
+with an empty side are skipped and counted in the `ReadReport`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from attnkit.errors import DataError
+
+JSONL_SUFFIXES = (".jsonl", ".json")
+TSV_SUFFIXES = (".tsv",)
+
+
+@dataclass(frozen=True)
+class SentencePair:
+    source: str
+    target: str
+
+
+@dataclass
+class ReadReport:
+    """What reading a corpus kept and skipped, for the user to see."""
+
+    source: str
+    pairs: int = 0
+    skipped_empty: int = 0
+    skipped_long: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        skipped = []
+        if self.skipped_empty:
+            skipped.append(f"{self.skipped_empty} with an empty side")
+        if self.skipped_long:
+            skipped.append(f"{self.skipped_long} over-long")
+        return f"{self.source}: {self.pairs} pairs" + (f" (skipped {', '.join(skipped)})" if skipped else "")
+
+
+@dataclass(frozen=True)
+class Corpus:
+    pairs: list[SentencePair]
+    report: ReadReport
+    source_lang: str | None = None
+    target_lang: str | None = None
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+
+def read_corpus(path: Path | str, source_lang: str | None = None, target_lang: str | None = None,
+                max_chars: int = 1000) -> Corpus:
+    """Read one split from a TSV file, a JSON-lines file, or a pair of aligned files.
+
+    `path` is a file (`train.tsv`, `train.jsonl`) or the shared stem of two aligned files
+    (`data/train` for `data/train.en` + `data/train.de`). Languages are needed for JSON lines
+    with more than two languages and for a stem with more than two files; otherwise they are found.
+    Pairs with a side longer than `max_chars` characters are skipped and counted.
+    """
+    path = Path(path)
+    if path.is_file() and path.suffix in TSV_SUFFIXES:
+        corpus = _read_tsv(path)
+    elif path.is_file() and path.suffix in JSONL_SUFFIXES:
+        corpus = _read_jsonl(path, source_lang, target_lang)
+    elif path.is_file():
+        raise DataError(f"{path}: unknown format (expected .tsv, .jsonl, or a stem of two aligned files "
+                        f"such as train for train.en + train.de)")
+    else:
+        corpus = _read_aligned(path, source_lang, target_lang)
+    return _drop_long(corpus, max_chars)
+
+
+def find_split(folder: Path | str, split: str) -> Path | None:
+    """The path `read_corpus` takes for `split` ("train", "valid", "test") in a folder, or None."""
+    folder = Path(folder)
+    for suffix in TSV_SUFFIXES + JSONL_SUFFIXES:
+        if (folder / f"{split}{suffix}").is_file():
+            return folder / f"{split}{suffix}"
+    if len(list(folder.glob(f"{split}.*"))) >= 2:
+        return folder / split
+    return None
+
+
+def write_tsv(pairs: list[SentencePair], path: Path | str) -> Path:
+    """Write pairs as `source<TAB>target` lines (tabs and newlines inside a sentence become spaces)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as file:
+        for pair in pairs:
+            file.write(f"{_one_line(pair.source)}\t{_one_line(pair.target)}\n")
+    return path
+
+
+def write_aligned(pairs: list[SentencePair], stem: Path | str, source_lang: str, target_lang: str) -> tuple[Path, Path]:
+    """Write `stem.SRC` and `stem.TGT`, one sentence per line."""
+    stem = Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    paths = Path(f"{stem}.{source_lang}"), Path(f"{stem}.{target_lang}")
+    for path, side in zip(paths, ("source", "target")):
+        path.write_text("".join(_one_line(getattr(pair, side)) + "\n" for pair in pairs), encoding="utf-8")
+    return paths
+
+
+def write_jsonl(pairs: list[SentencePair], path: Path | str, source_lang: str, target_lang: str) -> Path:
+    """Write Hugging Face datasets' translation format, one JSON object per line."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as file:
+        for pair in pairs:
+            record = {"translation": {source_lang: pair.source, target_lang: pair.target}}
+            file.write(json.dumps(record, ensure_ascii=False) + "\n")
+    return path
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text without the newline); DataError naming the line if it is not UTF-8."""
+    with path.open("rb") as file:
+        for number, raw in enumerate(file, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise DataError(f"{path}, line {number}: not valid UTF-8 ({error.reason} at byte {error.start})") from None
+            yield number, text.rstrip("\r\n")
+
+
+def _keep(pairs: list[SentencePair], report: ReadReport, source: str, target: str) -> None:
+    source, target = source.strip(), target.strip()
+    if not source or not target:
+        report.skipped_empty += 1
+        return
+    pairs.append(SentencePair(source, target))
+    report.pairs += 1
+
+
+def _read_tsv(path: Path) -> Corpus:
+    pairs, report = [], ReadReport(str(path))
+    for number, line in _lines(path):
+        if not line.strip():
+            report.skipped_empty += 1
+            continue
+        fields = line.split("\t")
+        if len(fields) != 2:
+            raise DataError(f"{path}, line {number}: expected source<TAB>target, found {len(fields)} "
+                            f"tab-separated field{'s' if len(fields) != 1 else ''}")
+        _keep(pairs, report, *fields)
+    return Corpus(pairs, report)
+
+
+def _read_jsonl(path: Path, source_lang: str | None, target_lang: str | None) -> Corpus:
+    pairs, report = [], ReadReport(str(path))
+    for number, line in _lines(path):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise DataError(f"{path}, line {number}: malformed JSON ({error.msg})") from None
+        translation = record.get("translation") if isinstance(record, dict) else None
+        if not isinstance(translation, dict):
+            raise DataError(f"{path}, line {number}: expected {{\"translation\": {{\"<src>\": ..., \"<tgt>\": ...}}}}")
+        if source_lang is None or target_lang is None:
+            source_lang, target_lang = _two_languages(path, number, list(translation), source_lang, target_lang)
+        source, target = translation.get(source_lang), translation.get(target_lang)
+        if not isinstance(source, str) or not isinstance(target, str):
+            raise DataError(f"{path}, line {number}: no text for language '{source_lang}' and '{target_lang}' "
+                            f"(found {', '.join(map(str, translation)) or 'none'})")
+        _keep(pairs, report, source, target)
+    return Corpus(pairs, report, source_lang, target_lang)
+
+
+def _two_languages(path: Path, number: int, found: list[str], source_lang: str | None,
+                   target_lang: str | None) -> tuple[str, str]:
+    if source_lang is not None and target_lang is None and len(found) == 2 and source_lang in found:
+        return source_lang, next(lang for lang in found if lang != source_lang)
+    if source_lang is None and target_lang is None and len(found) == 2:
+        return found[0], found[1]
+    raise DataError(f"{path}, line {number}: languages {', '.join(found)}; say which are source and target "
+                    f"(--source-lang, --target-lang)")
+
+
+def _read_aligned(stem: Path, source_lang: str | None, target_lang: str | None) -> Corpus:
+    candidates = sorted(p for p in stem.parent.glob(f"{stem.name}.*") if p.is_file() and p.suffix[1:] not in ("tsv", "jsonl", "json"))
+    if source_lang is None or target_lang is None:
+        if len(candidates) != 2:
+            found = ", ".join(p.name for p in candidates) or "none"
+            raise DataError(f"{stem}: expected a .tsv or .jsonl file or two aligned files {stem.name}.SRC and "
+                            f"{stem.name}.TGT (found: {found}); give --source-lang and --target-lang")
+        source_lang = source_lang or next(p.suffix[1:] for p in candidates if p.suffix[1:] != target_lang)
+        target_lang = target_lang or next(p.suffix[1:] for p in candidates if p.suffix[1:] != source_lang)
+    source_path, target_path = Path(f"{stem}.{source_lang}"), Path(f"{stem}.{target_lang}")
+    for path in (source_path, target_path):
+        if not path.is_file():
+            raise DataError(f"{path}: file not found (aligned files {stem.name}.{source_lang} + {stem.name}.{target_lang})")
+    sources, targets = [line for _, line in _lines(source_path)], [line for _, line in _lines(target_path)]
+    if len(sources) != len(targets):
+        raise DataError(f"{source_path} has {len(sources)} lines but {target_path} has {len(targets)}: "
+                        f"aligned files must have one line per sentence pair")
+    pairs, report = [], ReadReport(f"{source_path} + {target_path}")
+    for source, target in zip(sources, targets):
+        _keep(pairs, report, source, target)
+    return Corpus(pairs, report, source_lang, target_lang)
+
+
+def _drop_long(corpus: Corpus, max_chars: int) -> Corpus:
+    kept = [p for p in corpus.pairs if len(p.source) <= max_chars and len(p.target) <= max_chars]
+    corpus.report.skipped_long += len(corpus.pairs) - len(kept)
+    corpus.report.pairs = len(kept)
+    return Corpus(kept, corpus.report, corpus.source_lang, corpus.target_lang)
+
