@@ -1,0 +1,178 @@
+"""The Transformer encoder (Vaswani et al. 2017, section 3.1): N identical layers, each
+
+    x = LayerNorm(x + SelfAttention(x))      post-norm, the paper's
+    x = LayerNorm(x + FFN(x))
+
+or, with `norm_first` (pre-norm, Xiong et al. 2020), x = x + SelfAttention(LayerNorm(x)) and
+x = x + FFN(LayerNorm(x)).
+
+`TransformerEncoderLayer` and `TransformerEncoder` are drop-ins for torch.nn's: the same
+constructor and forward arguments, masks (bool True = not allowed) and state-dict keys
+(`self_attn.*`, `linear1`, `linear2`, `norm1`, `norm2`; `layers.N.*`, `norm`), which are also
+DETR's names. Beyond torch: DETR's positions (`pos`, added to the queries and keys of
+self-attention, not the values; Carion et al. 2020, appendix A.3) and an optional rotary
+embedding for the self-attention. The stack converts the layout to batch-first once, at entry.
+
+The layout and mask checks shared with the decoder live here too (`SequenceLayout`, `check_*`).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.nn.feed_forward import Activation, FeedForwardMixin
+from attnkit.nn.multi_head_attention import MultiHeadAttention
+from attnkit.nn.positional_encoding.rotary import RotaryEmbedding
+
+
+@dataclass(frozen=True)
+class SequenceLayout:
+    """The caller's layout: (length, batch, d_model), batch first (batch, length, d_model), or unbatched."""
+
+    batch_first: bool
+    unbatched: bool
+
+    @classmethod
+    def of(cls, name: str, x: Tensor, d_model: int, batch_first: bool) -> SequenceLayout:
+        if x.dim() not in (2, 3) or x.size(-1) != d_model:
+            expected = "(batch, length, d_model)" if batch_first else "(length, batch, d_model)"
+            raise ValueError(f"{name} must be {expected} or unbatched (length, d_model) with d_model={d_model}, "
+                             f"got {tuple(x.shape)}")
+        return cls(batch_first, x.dim() == 2)
+
+    def enter(self, x: Tensor | None) -> Tensor | None:
+        """Caller's layout -> (batch, length, features)."""
+        if x is None:
+            return None
+        if self.unbatched:
+            return x.unsqueeze(0)
+        return x if self.batch_first else x.transpose(0, 1)
+
+    def enter_padding(self, mask: Tensor | None) -> Tensor | None:
+        """Key padding mask (batch, keys), or (keys,) unbatched -> (batch, keys)."""
+        return mask.unsqueeze(0) if mask is not None and self.unbatched else mask
+
+    def exit(self, x: Tensor) -> Tensor:
+        """(batch, length, features) -> the caller's layout."""
+        if self.unbatched:
+            return x.squeeze(0)
+        return x if self.batch_first else x.transpose(0, 1)
+
+
+def check_heads(d_model: int, nhead: int) -> None:
+    if d_model <= 0 or nhead <= 0 or d_model % nhead:
+        raise ValueError(f"d_model ({d_model}) must be divisible by nhead ({nhead})")
+
+
+def check_same_shape(name: str, x: Tensor | None, reference_name: str, reference: Tensor) -> None:
+    if x is not None and x.shape != reference.shape:
+        raise ValueError(f"{name} must have the shape of {reference_name} {tuple(reference.shape)}, "
+                         f"got {tuple(x.shape)}")
+
+
+def check_padding_mask(name: str, mask: Tensor | None, batch: int, keys: int) -> None:
+    """mask: (batch, keys) after the layout's enter_padding."""
+    if mask is not None and mask.shape != (batch, keys):
+        raise ValueError(f"{name} must be (batch, keys) = {(batch, keys)}, got {tuple(mask.shape)}")
+
+
+def check_attn_mask(name: str, mask: Tensor | None, batch: int, heads: int, queries: int, keys: int) -> None:
+    """mask: (queries, keys) or (batch * heads, queries, keys), torch's two forms."""
+    if mask is None or tuple(mask.shape) in ((queries, keys), (batch * heads, queries, keys)):
+        return
+    raise ValueError(f"{name} must be (queries, keys) = {(queries, keys)} or (batch * heads, queries, keys) = "
+                     f"{(batch * heads, queries, keys)}, got {tuple(mask.shape)}")
+
+
+def clones(layer: nn.Module, num_layers: int) -> nn.ModuleList:
+    """N independent copies of a layer (torch.nn's and DETR's `_get_clones`)."""
+    return nn.ModuleList([copy.deepcopy(layer) for _ in range(num_layers)])
+
+
+class TransformerEncoderLayer(FeedForwardMixin, nn.Module):
+    """Self-attention then FFN, each wrapped in a residual and LayerNorm; a drop-in for torch.nn's."""
+
+    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
+                 activation: Activation = "relu", layer_norm_eps: float = 1e-5, batch_first: bool = False,
+                 norm_first: bool = False, bias: bool = True, device=None, dtype=None,
+                 rotary: RotaryEmbedding | None = None) -> None:
+        super().__init__()
+        check_heads(d_model, nhead)
+        factory = {"device": device, "dtype": dtype}
+        self.self_attn = MultiHeadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=True,
+                                            rotary=rotary, **factory)
+        self._init_feed_forward(d_model, dim_feedforward, dropout, activation, bias, **factory)
+        self.norm_first, self.batch_first = norm_first, batch_first
+        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
+        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
+        self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
+
+    def forward(self, src: Tensor, src_mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
+                is_causal: bool = False, pos: Tensor | None = None) -> Tensor:
+        """src: (length, batch, d_model), or (batch, length, d_model) with batch_first; same shape out.
+
+        pos: DETR's positions, src's shape, added to the self-attention's queries and keys.
+        """
+        layout, x, mask, padding, pos = prepare_encoder_inputs(self, src, src_mask, src_key_padding_mask, pos)
+        return layout.exit(self.forward_batch_first(x, mask, padding, is_causal, pos))
+
+    def forward_batch_first(self, x: Tensor, mask: Tensor | None = None, key_padding_mask: Tensor | None = None,
+                            is_causal: bool = False, pos: Tensor | None = None) -> Tensor:
+        """The layer on checked batch-first inputs: x (batch, length, d_model) -> (batch, length, d_model)."""
+        if self.norm_first:
+            x = x + self._self_attention(self.norm1(x), mask, key_padding_mask, is_causal, pos)
+            return x + self.dropout2(self.feed_forward(self.norm2(x)))
+        x = self.norm1(x + self._self_attention(x, mask, key_padding_mask, is_causal, pos))
+        return self.norm2(x + self.dropout2(self.feed_forward(x)))
+
+    def _self_attention(self, x: Tensor, mask: Tensor | None, key_padding_mask: Tensor | None, is_causal: bool,
+                        pos: Tensor | None) -> Tensor:
+        q = k = x if pos is None else x + pos  # positions on queries and keys only (DETR)
+        out, _ = self.self_attn(q, k, x, attn_mask=mask, key_padding_mask=key_padding_mask, need_weights=False,
+                                is_causal=is_causal)
+        return self.dropout1(out)  # (batch, length, d_model)
+
+
+def prepare_encoder_inputs(layer: TransformerEncoderLayer, src: Tensor, mask: Tensor | None,
+                           key_padding_mask: Tensor | None, pos: Tensor | None):
+    """Check the encoder's inputs against `layer` and bring them to batch-first, once."""
+    attention = layer.self_attn
+    layout = SequenceLayout.of("src", src, attention.embed_dim, layer.batch_first)
+    check_same_shape("pos", pos, "src", src)
+    x, padding = layout.enter(src), layout.enter_padding(key_padding_mask)  # x: (batch, length, d_model)
+    batch, length = x.shape[:2]
+    check_padding_mask("src_key_padding_mask", padding, batch, length)
+    check_attn_mask("src_mask", mask, batch, attention.num_heads, length, length)
+    return layout, x, mask, padding, layout.enter(pos)
+
+
+class TransformerEncoder(nn.Module):
+    """N copies of `encoder_layer`, then `norm` if given; a drop-in for torch.nn.TransformerEncoder.
+
+    enable_nested_tensor and mask_check are accepted for torch compatibility and have no effect:
+    padded positions are computed like the others (torch's nested-tensor path returns zeros there).
+    """
+
+    def __init__(self, encoder_layer: TransformerEncoderLayer, num_layers: int, norm: nn.Module | None = None,
+                 enable_nested_tensor: bool = True, mask_check: bool = True) -> None:
+        super().__init__()
+        if not isinstance(encoder_layer, TransformerEncoderLayer):
+            raise ValueError(f"encoder_layer must be an attnkit TransformerEncoderLayer, got {type(encoder_layer)}")
+        if num_layers < 1:
+            raise ValueError(f"num_layers must be at least 1, got {num_layers}")
+        self.layers = clones(encoder_layer, num_layers)
+        self.num_layers, self.norm = num_layers, norm
+
+    def forward(self, src: Tensor, mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
+                is_causal: bool | None = None, pos: Tensor | None = None) -> Tensor:
+        """src: (length, batch, d_model), or batch first, or unbatched; same shape out. pos: as src (DETR)."""
+        layout, x, mask, padding, pos = prepare_encoder_inputs(self.layers[0], src, mask, src_key_padding_mask, pos)
+        for layer in self.layers:
+            x = layer.forward_batch_first(x, mask, padding, bool(is_causal), pos)  # (batch, length, d_model)
+        if self.norm is not None:
+            x = self.norm(x)
+        return layout.exit(x)
