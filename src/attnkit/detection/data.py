@@ -1,0 +1,210 @@
+"""COCO-format detection data: the annotation file, checked entry by entry, and its images.
+
+The COCO layout (Lin et al. 2014) as people have it: an image folder and an `instances_*.json`
+with `images`, `annotations` (`bbox` = [x, y, width, height] in pixels) and `categories`.
+Category ids may be any integers; they map to contiguous labels 0..K-1 (sorted by id) and back.
+`iscrowd` objects are left out of training targets (DETR does the same) and kept for evaluation,
+where pycocotools treats them as "ignore" regions. Boxes are clamped to the image; boxes that
+are empty after clamping are dropped and counted. Images without objects are valid samples.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from PIL import Image, UnidentifiedImageError
+from torch import Tensor
+from torchvision import tv_tensors
+
+from attnkit.errors import DataError
+
+Sample = tuple[tv_tensors.Image, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class ImageRecord:
+    """One image of the annotation file and its usable (non-crowd, non-degenerate) objects."""
+    image_id: int
+    file_name: str
+    width: int
+    height: int
+    boxes: Tensor  # (objects, 4) xyxy pixels, clamped to the image
+    labels: Tensor  # (objects,) contiguous labels 0..K-1
+
+
+@dataclass
+class CocoAnnotations:
+    """A parsed, validated `instances_*.json`."""
+    path: Path
+    raw: dict[str, Any]  # the file as loaded: handed to pycocotools for evaluation
+    category_ids: list[int]  # label -> COCO category id
+    names: list[str]  # label -> category name
+    records: list[ImageRecord]
+    degenerate: int = 0  # boxes dropped because they are empty after clamping to the image
+    crowd: int = 0  # crowd objects left out of training targets
+    label_of: dict[int, int] = field(default_factory=dict)  # COCO category id -> label
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.category_ids)
+
+
+def resolve_coco(data: Path, split: str) -> tuple[Path, Path]:
+    """(images folder, annotation file) of SPLIT in a COCO-layout folder.
+
+    Accepts the official layout (`train2017/`, `annotations/instances_train2017.json`) and the
+    same without the year (`train/`, `annotations/instances_train.json`), as `attnkit data` writes.
+    """
+    if not data.is_dir():
+        raise DataError(f"{data}: not a folder (expected a COCO-layout folder with annotations/)")
+    for name in (f"{split}2017", split):
+        annotations = data / "annotations" / f"instances_{name}.json"
+        if annotations.is_file():
+            images = data / name if (data / name).is_dir() else data / "images" / name
+            if not images.is_dir():
+                raise DataError(f"{data}: found {annotations.name} but no image folder {data / name}")
+            return images, annotations
+    raise DataError(f"{data}: no annotations/instances_{split}2017.json or annotations/instances_{split}.json")
+
+
+def load_annotations(path: Path) -> CocoAnnotations:
+    """Read and validate a COCO instances file; every error names the file and the entry."""
+    try:
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(f"{path}: annotation file not found") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise DataError(f"{path}: not valid JSON ({error})") from None
+    if not isinstance(raw, dict):
+        raise DataError(f"{path}: expected a JSON object with images, annotations and categories")
+    for key in ("images", "annotations", "categories"):
+        if not isinstance(raw.get(key), list):
+            raise DataError(f"{path}: missing or non-list '{key}'")
+    category_ids, names = _read_categories(path, raw["categories"])
+    label_of = {category_id: label for label, category_id in enumerate(category_ids)}
+    images = _read_images(path, raw["images"])
+    objects: dict[int, list[tuple[list[float], int]]] = {image_id: [] for image_id in images}
+    crowd = 0
+    for index, entry in enumerate(raw["annotations"]):
+        image_id, category_id, bbox, is_crowd = _read_annotation(path, index, entry, images, label_of)
+        if is_crowd:
+            crowd += 1
+        else:
+            objects[image_id].append((bbox, label_of[category_id]))
+    records, degenerate = [], 0
+    for image_id, (file_name, width, height) in images.items():
+        record, dropped = _make_record(image_id, file_name, width, height, objects[image_id])
+        records.append(record)
+        degenerate += dropped
+    return CocoAnnotations(Path(path), raw, category_ids, names, records, degenerate, crowd, label_of)
+
+
+def _read_categories(path: Path, entries: list[Any]) -> tuple[list[int], list[str]]:
+    seen: dict[int, str] = {}
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not isinstance(entry.get("id"), int):
+            raise DataError(f"{path}: categories[{index}] needs an integer 'id'")
+        if entry["id"] in seen:
+            raise DataError(f"{path}: categories[{index}] repeats category id {entry['id']}")
+        seen[entry["id"]] = str(entry.get("name", entry["id"]))
+    if not seen:
+        raise DataError(f"{path}: 'categories' is empty")
+    ids = sorted(seen)
+    return ids, [seen[i] for i in ids]
+
+
+def _read_images(path: Path, entries: list[Any]) -> dict[int, tuple[str, int, int]]:
+    images: dict[int, tuple[str, int, int]] = {}
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not isinstance(entry.get("id"), int):
+            raise DataError(f"{path}: images[{index}] needs an integer 'id'")
+        if not isinstance(entry.get("file_name"), str):
+            raise DataError(f"{path}: images[{index}] (id {entry['id']}) needs a string 'file_name'")
+        width, height = entry.get("width"), entry.get("height")
+        if not (isinstance(width, int) and isinstance(height, int) and width > 0 and height > 0):
+            raise DataError(f"{path}: images[{index}] (id {entry['id']}) needs positive integer width and height")
+        if entry["id"] in images:
+            raise DataError(f"{path}: images[{index}] repeats image id {entry['id']}")
+        images[entry["id"]] = (entry["file_name"], width, height)
+    return images
+
+
+def _read_annotation(path: Path, index: int, entry: Any, images: dict, label_of: dict[int, int]):
+    where = f"{path}: annotations[{index}]"
+    if not isinstance(entry, dict):
+        raise DataError(f"{where} is not an object")
+    image_id, category_id, bbox = entry.get("image_id"), entry.get("category_id"), entry.get("bbox")
+    if image_id not in images:
+        raise DataError(f"{where} refers to image_id {image_id!r}, which is not in 'images'")
+    if category_id not in label_of:
+        raise DataError(f"{where} has category_id {category_id!r}, which is not in 'categories'")
+    if (not isinstance(bbox, list) or len(bbox) != 4
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in bbox)):
+        raise DataError(f"{where}: 'bbox' must be [x, y, width, height] numbers, got {bbox!r}")
+    return image_id, category_id, [float(v) for v in bbox], bool(entry.get("iscrowd", 0))
+
+
+def _make_record(image_id: int, file_name: str, width: int, height: int,
+                 objects: list[tuple[list[float], int]]) -> tuple[ImageRecord, int]:
+    boxes = torch.tensor([bbox for bbox, _ in objects], dtype=torch.float32).reshape(-1, 4)  # (objects, xywh)
+    labels = torch.tensor([label for _, label in objects], dtype=torch.int64)
+    boxes[:, 2:] += boxes[:, :2]  # xywh -> xyxy
+    boxes[:, 0::2] = boxes[:, 0::2].clamp(0, width)
+    boxes[:, 1::2] = boxes[:, 1::2].clamp(0, height)
+    keep = (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])
+    record = ImageRecord(image_id, file_name, width, height, boxes[keep], labels[keep])
+    return record, int((~keep).sum())
+
+
+def read_image(path: Path, image_id: int | None = None) -> Image.Image:
+    """An RGB PIL image; a DataError naming the file (and image id) if it is missing or unreadable."""
+    where = f"{path}" + (f" (image id {image_id})" if image_id is not None else "")
+    try:
+        with Image.open(path) as image:
+            return image.convert("RGB")
+    except FileNotFoundError:
+        raise DataError(f"{where}: image file not found") from None
+    except (UnidentifiedImageError, OSError) as error:
+        raise DataError(f"{where}: cannot read image ({error})") from None
+
+
+class CocoDetection(torch.utils.data.Dataset):
+    """Images and targets of a COCO-format dataset.
+
+    A sample is (image, target): image a `tv_tensors.Image` (3, height, width) uint8; target a dict
+    with "boxes" (`tv_tensors.BoundingBoxes`, xyxy pixels), "labels" (objects,), "image_id" and
+    "orig_size" (height, width). `transforms(image, target)` is applied when given.
+    """
+
+    def __init__(self, images: Path, annotations: Path | CocoAnnotations,
+                 transforms: Callable[[Any, Any], Sample] | None = None) -> None:
+        self.images = Path(images)
+        self.coco = annotations if isinstance(annotations, CocoAnnotations) else load_annotations(annotations)
+        self.transforms = transforms
+
+    def __len__(self) -> int:
+        return len(self.coco.records)
+
+    def __getitem__(self, index: int) -> Sample:
+        record = self.coco.records[index]
+        pil = read_image(self.images / record.file_name, record.image_id)
+        if pil.size != (record.width, record.height):
+            raise DataError(f"{self.images / record.file_name} (image id {record.image_id}): size {pil.size} "
+                            f"differs from width/height {record.width}x{record.height} in {self.coco.path}")
+        image = tv_tensors.Image(torch.as_tensor(bytearray(pil.tobytes()), dtype=torch.uint8)
+                                 .view(record.height, record.width, 3).permute(2, 0, 1))  # (3, height, width)
+        target = {
+            "boxes": tv_tensors.BoundingBoxes(record.boxes.clone(), format="XYXY",
+                                              canvas_size=(record.height, record.width)),
+            "labels": record.labels.clone(),
+            "image_id": record.image_id,
+            "orig_size": torch.tensor([record.height, record.width]),
+        }
+        if self.transforms is not None:
+            image, target = self.transforms(image, target)
+        return image, target

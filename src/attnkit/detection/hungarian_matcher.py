@@ -1,0 +1,75 @@
+"""Hungarian matching of predictions to ground-truth objects (Carion et al. 2020, section 3.1, Eq. 1).
+
+    sigma_hat = argmin_sigma  sum_i L_match(y_i, y_hat_sigma(i)),
+    L_match = -1{c_i != no-object} p_hat_sigma(i)(c_i) + 1{c_i != no-object} L_box(b_i, b_hat_sigma(i)),
+    L_box = lambda_iou L_GIoU + lambda_L1 ||b - b_hat||_1        (Eq. 2; lambdas 2 and 5, class weight 1)
+
+solved per image with SciPy's `linear_sum_assignment` (the Hungarian algorithm).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from scipy.optimize import linear_sum_assignment
+from torch import Tensor
+from torchvision.ops import box_convert, generalized_box_iou
+
+from attnkit.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class MatchCost:
+    """Weights of the matching cost terms; the defaults are the paper's."""
+    cls: float = 1.0
+    l1: float = 5.0
+    giou: float = 2.0
+
+    def __post_init__(self) -> None:
+        if min(self.cls, self.l1, self.giou) < 0 or self.cls + self.l1 + self.giou == 0:
+            raise ConfigError(f"matching costs must be non-negative and not all zero, got {self}")
+
+
+@dataclass(frozen=True)
+class Match:
+    """Query `queries[j]` is matched to target object `objects[j]`."""
+    queries: Tensor  # (matches,) int64
+    objects: Tensor  # (matches,) int64
+
+
+def match_cost_matrix(logits: Tensor, boxes: Tensor, labels: Tensor, target_boxes: Tensor,
+                      cost: MatchCost) -> Tensor:
+    """L_match for every (query, object) pair of one image.
+
+    logits: (queries, classes + 1); boxes: (queries, 4) and target_boxes: (objects, 4) normalised
+    cx, cy, w, h; labels: (objects,). Returns (queries, objects).
+    """
+    prob = logits.softmax(-1)[:, labels]  # (queries, objects)
+    l1 = torch.cdist(boxes, target_boxes, p=1)  # (queries, objects)
+    giou = generalized_box_iou(box_convert(boxes, "cxcywh", "xyxy"),
+                               box_convert(target_boxes, "cxcywh", "xyxy"))  # (queries, objects)
+    return cost.l1 * l1 - cost.cls * prob - cost.giou * giou
+
+
+@torch.no_grad()
+def hungarian_match(logits: Tensor, boxes: Tensor, targets: Sequence[dict[str, Tensor]],
+                    cost: MatchCost = MatchCost()) -> list[Match]:
+    """argmin over permutations of sum_i L_match(y_i, y_hat_sigma(i))  (Eq. 1), per image.
+
+    logits: (batch, queries, classes + 1); boxes: (batch, queries, 4) normalised cx, cy, w, h;
+    targets: per image {"labels": (objects,), "boxes": (objects, 4)}. An image without objects
+    gets an empty match.
+    """
+    matches = []
+    for image_logits, image_boxes, target in zip(logits.float(), boxes.float(), targets, strict=True):
+        labels, target_boxes = target["labels"], target["boxes"].to(image_boxes)
+        if len(labels) == 0:
+            empty = torch.zeros(0, dtype=torch.int64)
+            matches.append(Match(empty, empty))
+            continue
+        matrix = match_cost_matrix(image_logits, image_boxes, labels, target_boxes, cost)
+        rows, cols = linear_sum_assignment(matrix.cpu().numpy())
+        matches.append(Match(torch.as_tensor(rows, dtype=torch.int64), torch.as_tensor(cols, dtype=torch.int64)))
+    return matches
