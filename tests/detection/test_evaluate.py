@@ -1,0 +1,37 @@
+import torch
+
+from attnkit.detection.data import load_annotations
+from attnkit.detection.evaluate import coco_evaluate, to_coco_results
+
+
+def _ground_truth_as_results(coco):
+    results = []
+    for record in coco.records:
+        detection = {"boxes": record.boxes, "scores": torch.ones(len(record.labels)), "labels": record.labels}
+        results += to_coco_results(record.image_id, detection, coco.category_ids)
+    return results
+
+
+def test_ground_truth_as_predictions_gives_ap_one(small_coco):
+    coco = load_annotations(small_coco[1])  # with a crowd object and an image without objects
+    metrics = coco_evaluate(coco, _ground_truth_as_results(coco))
+    torch.testing.assert_close(metrics["AP"], 1.0)
+    torch.testing.assert_close(metrics["AP50"], 1.0)
+    torch.testing.assert_close(metrics["AP75"], 1.0)
+
+
+def test_results_map_labels_back_to_category_ids_and_xywh(small_coco):
+    coco = load_annotations(small_coco[1])
+    results = to_coco_results(10, {"boxes": torch.tensor([[4.0, 6, 24, 16]]), "scores": torch.tensor([0.5]),
+                                   "labels": torch.tensor([1])}, coco.category_ids)
+    assert results == [{"image_id": 10, "category_id": 7, "score": 0.5, "bbox": [4.0, 6.0, 20.0, 10.0]}]
+
+
+def test_wrong_and_missing_detections_lower_ap(small_coco):
+    coco = load_annotations(small_coco[1])
+    results = _ground_truth_as_results(coco)
+    metrics = coco_evaluate(coco, results[:1])  # one of three objects found
+    assert 0.0 < metrics["AP"] < 1.0
+    swapped = [dict(r, category_id=3 if r["category_id"] == 7 else 7) for r in results]
+    torch.testing.assert_close(coco_evaluate(coco, swapped)["AP"], 0.0)
+    assert coco_evaluate(coco, [])["AP"] == 0.0
