@@ -79,10 +79,11 @@ class MultiHeadAttention(nn.Module):
         static cache, the memory, projected on the first call and reused afterwards.
         """
         unbatched = query.dim() == 2
+        shared = "qkv" if query is key is value else "kv" if key is value else ""
         query, key, value = (self._to_batch_first(x, unbatched) for x in (query, key, value))
         if unbatched and key_padding_mask is not None:
             key_padding_mask = key_padding_mask.unsqueeze(0)
-        q, k, v = self._project(query, key, value, cache)
+        q, k, v = self._project(query, key, value, cache, shared)
         dropout = self.dropout if self.training else 0.0
         if need_weights:
             allowed = self._allowed(attn_mask, key_padding_mask, is_causal, q, k)
@@ -104,20 +105,30 @@ class MultiHeadAttention(nn.Module):
             return x.unsqueeze(0)
         return x if self.batch_first else x.transpose(0, 1)
 
-    def _project(self, query: Tensor, key: Tensor, value: Tensor, cache: KVCache | None) -> tuple[Tensor, Tensor, Tensor]:
-        """Q W^Q, K W^K, V W^V split into heads: each (batch, heads, length, head_dim)."""
+    def _project(self, query: Tensor, key: Tensor, value: Tensor, cache: KVCache | None,
+                 shared: str) -> tuple[Tensor, Tensor, Tensor]:
+        """Q W^Q, K W^K, V W^V split into heads: each (batch, heads, length, head_dim).
+
+        `shared` says which inputs are one tensor ("qkv": self-attention, "kv": encoder-decoder
+        attention), so their projections run as one matrix multiplication.
+        """
         self._check_features(query, key, value)
-        w_q, w_k, w_v = self._weights()
-        b_q, b_k, b_v = self.in_proj_bias.chunk(3) if self.in_proj_bias is not None else (None, None, None)
         offset = cache.length if cache is not None and not cache.static else 0
-        q = self._rotate(self._split_heads(F.linear(query, w_q, b_q)), offset)
-        if cache is not None and cache.static and cache.filled:
-            return q, cache.key, cache.value
-        if key is value and w_k.shape == w_v.shape:  # one matmul for K and V (self- or encoder-decoder attention)
-            k, v = F.linear(key, torch.cat([w_k, w_v]), None if b_k is None else torch.cat([b_k, b_v])).chunk(2, dim=-1)
+        reuse = cache is not None and cache.static and cache.filled
+        if shared == "qkv" and self._qkv_same_embed_dim and not reuse:
+            q, k, v = F.linear(query, self.in_proj_weight, self.in_proj_bias).chunk(3, dim=-1)
         else:
-            k, v = F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
-        k, v = self._rotate(self._split_heads(k), offset), self._split_heads(v)
+            w_q, w_k, w_v = self._weights()
+            b_q, b_k, b_v = self.in_proj_bias.chunk(3) if self.in_proj_bias is not None else (None, None, None)
+            q = F.linear(query, w_q, b_q)
+            if reuse:
+                return self._rotate(self._split_heads(q), offset), cache.key, cache.value
+            if shared and self._qkv_same_embed_dim:  # W^K and W^V are the last two thirds of in_proj_weight
+                bias = None if self.in_proj_bias is None else self.in_proj_bias[self.embed_dim:]
+                k, v = F.linear(key, self.in_proj_weight[self.embed_dim:], bias).chunk(2, dim=-1)
+            else:
+                k, v = F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
+        q, k, v = self._rotate(self._split_heads(q), offset), self._rotate(self._split_heads(k), offset), self._split_heads(v)
         return (q, *cache.extend(k, v)) if cache is not None else (q, k, v)
 
     def _weights(self) -> tuple[Tensor, Tensor, Tensor]:
