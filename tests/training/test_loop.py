@@ -1,0 +1,154 @@
+"""The training loop against an uninterrupted run of the same toy task (tests/training/toy_task.py)."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+import torch
+from toy_task import ToyRegression
+from torch.testing import assert_close
+
+from attnkit.errors import ConfigError
+from attnkit.training import Budget, LoopConfig, RunFolder, Trainer, TrainingDiverged, load_weights
+
+CONFIG = LoopConfig(log_every_steps=2, eval_every_steps=3, accumulate=2, checkpoint_every_steps=2,
+                    checkpoint_every_minutes=None, average_last=3)
+
+
+def train(path, budget, resume=False, config=CONFIG, **task_options):
+    torch.manual_seed(99)  # the global RNG (dropout) is part of what resume must restore
+    task = ToyRegression(**task_options)
+    run = RunFolder.create(path, "toy", {"lr": task_options.get("lr", 1e-2)}, resume=resume)
+    result = Trainer(task, run, budget, config, progress=False).fit(resume=resume)
+    return task, run, result
+
+
+def assert_same_model(a: torch.nn.Module, b: torch.nn.Module) -> None:
+    for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
+        assert_close(x, y, rtol=0, atol=0, msg=lambda m, name=name: f"{name}: {m}")
+
+
+def test_resume_after_stop_gives_the_uninterrupted_losses_and_weights(tmp_path):
+    full, full_run, full_result = train(tmp_path / "full", Budget(steps=9))
+    first, _, stopped = train(tmp_path / "split", Budget(steps=4))  # 8 batches: crosses the 7-batch epoch
+    resumed, run, result = train(tmp_path / "split", Budget(steps=9), resume=True)
+    assert stopped.stop_reason == "steps" and stopped.step == 4
+    assert result.step == full_result.step == 9 and result.epoch == full_result.epoch == 2
+    assert first.losses == full.losses[:8]
+    assert_close(torch.tensor(resumed.losses), torch.tensor(full.losses[8:]), rtol=0, atol=0)
+    assert_same_model(resumed.model, full.model)
+    assert resumed.calls == full.calls == 18  # the task's own state came back through state()/load_state()
+    assert_close(resumed.optimizer.param_groups[0]["lr"], full.optimizer.param_groups[0]["lr"])
+    train_losses = [r["loss"] for r in run.metrics() if r["split"] == "train"]
+    assert train_losses == [r["loss"] for r in full_run.metrics() if r["split"] == "train"]
+
+
+def test_ctrl_c_saves_the_state_and_resume_continues_exactly(tmp_path):
+    full, _, _ = train(tmp_path / "full", Budget(steps=6))
+
+    class Interrupted(ToyRegression):
+        def train_step(self, batch):
+            if self.calls == 5:  # during the third step
+                signal.raise_signal(signal.SIGINT)
+            return super().train_step(batch)
+
+    torch.manual_seed(99)
+    task = Interrupted()
+    run = RunFolder.create(tmp_path / "split", "toy", {"lr": 1e-2})
+    result = Trainer(task, run, Budget(steps=6), CONFIG, progress=False).fit()
+    assert result.stop_reason == "interrupted" and result.step == 3
+    assert [p.name for p in run.training_states()] == ["step-00000002.safetensors", "step-00000003.safetensors"]
+    resumed, _, result = train(tmp_path / "split", Budget(steps=6), resume=True)
+    assert result.step == 6
+    assert_close(torch.tensor(resumed.losses), torch.tensor(full.losses[6:]), rtol=0, atol=0)
+    assert_same_model(resumed.model, full.model)
+
+
+def test_budget_by_epochs_and_by_steps(tmp_path):
+    config = LoopConfig(log_every_steps=1, checkpoint_every_minutes=None, average_last=0)
+    task, _, result = train(tmp_path / "epochs", Budget(epochs=2, steps=100), config=config)
+    assert (result.stop_reason, result.step, result.epoch, len(task.losses)) == ("epochs", 14, 2, 14)
+    task, _, result = train(tmp_path / "steps", Budget(epochs=2, steps=3), config=config)
+    assert (result.stop_reason, result.step, result.epoch, len(task.losses)) == ("steps", 3, 0, 3)
+    with pytest.raises(ConfigError, match="at least one"):
+        Budget()
+
+
+def test_truncated_newest_state_is_named_and_resume_falls_back(tmp_path, capsys):
+    full, _, _ = train(tmp_path / "full", Budget(steps=7))
+    train(tmp_path / "split", Budget(steps=4))
+    run = RunFolder.open(tmp_path / "split")
+    newest = run.training_states()[-1]
+    assert newest.name == "step-00000004.safetensors"
+    newest.write_bytes(newest.read_bytes()[:-100])  # cut short, as by a crash mid-write without atomic rename
+    resumed, _, result = train(tmp_path / "split", Budget(steps=7), resume=True)
+    assert "step-00000004.safetensors is truncated" in capsys.readouterr().err
+    assert result.step == 7
+    assert_close(torch.tensor(resumed.losses), torch.tensor(full.losses[4:]), rtol=0, atol=0)  # from step 2
+    assert_same_model(resumed.model, full.model)
+
+
+def test_non_finite_losses_are_skipped_and_counted(tmp_path):
+    config = LoopConfig(log_every_steps=1, checkpoint_every_minutes=None, max_nonfinite=3)
+    task, run, result = train(tmp_path / "run", Budget(steps=5), config=config, nan_steps={1, 3})
+    assert result.stop_reason == "steps" and result.step == 5 and result.nonfinite_total == 2
+    assert len(task.losses) == 7
+    assert all(torch.isfinite(p).all() for p in task.model.parameters())
+    assert [r["step"] for r in run.metrics() if r["split"] == "train"] == [1, 2, 3, 4, 5]
+
+
+def test_k_non_finite_losses_in_a_row_stop_the_run_and_keep_the_last_checkpoint(tmp_path):
+    config = LoopConfig(log_every_steps=1, checkpoint_every_steps=2, checkpoint_every_minutes=None, max_nonfinite=3)
+    with pytest.raises(TrainingDiverged, match="3 non-finite losses in a row at step 4.*step 4"):
+        train(tmp_path / "run", Budget(steps=10), config=config, nan_steps={4, 5, 6, 7})
+    run = RunFolder.open(tmp_path / "run", "toy")
+    assert run.training_states()[-1].name == "step-00000004.safetensors"
+    assert run.curves_path.is_file()
+    torch.manual_seed(0)
+    model = ToyRegression().model
+    assert load_weights(run.last_weights, model)["step"] == 4
+
+
+def test_metrics_jsonl_and_curves_png_are_written(tmp_path):
+    _, run, result = train(tmp_path / "run", Budget(steps=6))
+    lines = run.metrics_path.read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    train_records = [r for r in records if r["split"] == "train"]
+    valid_records = [r for r in records if r["split"] == "valid"]
+    assert [r["step"] for r in train_records] == [2, 4, 6]
+    assert [r["step"] for r in valid_records] == [3, 6]
+    assert all({"time", "loss", "lr", "samples_per_s", "grad_norm"} <= set(r) for r in train_records)
+    assert all({"loss", "noise"} <= set(r) for r in valid_records)
+    assert run.curves_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert result.best_step in (3, 6)
+    best = min(valid_records, key=lambda r: r["loss"])
+    assert result.best_value == best["loss"] and result.best_step == best["step"]
+
+
+def test_best_and_average_weights(tmp_path):
+    task, run, result = train(tmp_path / "run", Budget(steps=6))
+    model = ToyRegression().model
+    assert load_weights(run.best_weights, model)["step"] == result.best_step
+    snapshots = run.snapshots()
+    assert [p.name for p in snapshots] == [f"step-0000000{s}.safetensors" for s in (2, 4, 6)]
+    expected = {}
+    for path in snapshots:
+        load_weights(path, model)
+        for name, tensor in model.state_dict().items():
+            expected[name] = expected.get(name, 0) + tensor / 3
+    metadata = load_weights(run.average_weights, model)
+    assert metadata["averaged_steps"] == [2, 4, 6]
+    for name, tensor in model.state_dict().items():
+        assert_close(tensor, expected[name])
+
+
+def test_bf16_autocast_trains_on_cpu_and_fp16_needs_cuda(tmp_path):
+    config = LoopConfig(amp="bf16", checkpoint_every_minutes=None, average_last=0)
+    task, _, result = train(tmp_path / "bf16", Budget(steps=3), config=config)
+    assert result.step == 3 and all(torch.isfinite(torch.tensor(task.losses)))
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="fp16"):
+            Trainer(task, RunFolder.create(tmp_path / "fp16", "toy", {}), Budget(steps=1),
+                    LoopConfig(amp="fp16"), progress=False)
