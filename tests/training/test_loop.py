@@ -72,6 +72,8 @@ def test_budget_by_epochs_and_by_steps(tmp_path):
     assert (result.stop_reason, result.step, result.epoch, len(task.losses)) == ("epochs", 14, 2, 14)
     task, _, result = train(tmp_path / "steps", Budget(epochs=2, steps=3), config=config)
     assert (result.stop_reason, result.step, result.epoch, len(task.losses)) == ("steps", 3, 0, 3)
+    task, _, result = train(tmp_path / "minutes", Budget(minutes=0.001, steps=10**6), config=config)
+    assert result.stop_reason == "minutes" and result.step == len(task.losses) < 10**6
     with pytest.raises(ConfigError, match="at least one"):
         Budget()
 
@@ -152,3 +154,10 @@ def test_bf16_autocast_trains_on_cpu_and_fp16_needs_cuda(tmp_path):
         with pytest.raises(ConfigError, match="fp16"):
             Trainer(task, RunFolder.create(tmp_path / "fp16", "toy", {}), Budget(steps=1),
                     LoopConfig(amp="fp16"), progress=False)
+
+
+def test_resume_warns_about_a_changed_config_and_keeps_the_saved_one(tmp_path, capsys):
+    train(tmp_path / "run", Budget(steps=2))
+    _, run, result = train(tmp_path / "run", Budget(steps=3), resume=True, lr=0.5)
+    assert "differs in: lr" in capsys.readouterr().err
+    assert run.config == {"lr": 0.01} and result.step == 3

@@ -54,7 +54,11 @@ class TrainingDiverged(UserError):
 
 @dataclass(frozen=True)
 class Budget:
-    """How long to train: the first of `steps` optimizer steps, `epochs` passes over the data, `minutes`."""
+    """How long to train: the first of `steps` optimizer steps, `epochs` passes over the data, `minutes`.
+
+    All three count from the start of the run, across resumptions: a run stopped at step 400 and
+    resumed with `Budget(steps=1000)` trains 600 more steps; minutes are training time, not wall time.
+    """
 
     steps: int | None = None
     epochs: int | None = None
@@ -272,6 +276,8 @@ class Trainer:
             group = stream.take(self.config.accumulate)
             if not group:
                 return "epochs"
+            if progress.total is None and self.budget.epochs is not None and stream.epoch_length:
+                progress.set_total(self._steps_in_budget(stream.epoch_length))
             outcome = self._step(group)
             if outcome is None:
                 state.nonfinite_total += 1
@@ -318,6 +324,11 @@ class Trainer:
         if self.budget.minutes is not None and self.elapsed >= 60 * self.budget.minutes:
             return "minutes"
         return None
+
+    def _steps_in_budget(self, epoch_length: int) -> int:
+        """Optimizer steps the epoch budget allows (the step budget, if smaller)."""
+        steps = math.ceil(self.budget.epochs * epoch_length / self.config.accumulate)
+        return min(steps, self.budget.steps) if self.budget.steps is not None else steps
 
     def _due(self, every_steps: int | None, every_minutes: float | None, since: float) -> bool:
         by_steps = every_steps is not None and self.state.step % every_steps == 0
@@ -471,6 +482,7 @@ class Trainer:
         found = self.run.load_newest_state()
         if found is None:
             print(f"{self.run.path} has no training state yet; starting from step 0", flush=True)
+            self._forget_after(step=0)
             return LoopState()
         path, saved = found
         task = self.task
@@ -484,13 +496,17 @@ class Trainer:
         if hasattr(task, "load_state") and saved["task"] is not None:
             task.load_state(saved["task"])
         state = LoopState(**saved["loop"])
-        self.run.truncate_metrics(after_step=state.step)
-        for snapshot in self.run.snapshots():
-            if int(snapshot.stem.split("-")[1]) > state.step:
-                snapshot.unlink()
+        self._forget_after(state.step)
         restore_rng(saved["rng"])  # last: nothing above may draw from the restored generators
         print(f"resuming {self.run.path} from step {state.step} (epoch {state.epoch})", flush=True)
         return state
+
+    def _forget_after(self, step: int) -> None:
+        """Drop the metrics and weight snapshots an interrupted run wrote after `step`: they are redone."""
+        self.run.truncate_metrics(after_step=step)
+        for snapshot in self.run.snapshots():
+            if int(snapshot.stem.split("-")[1]) > step:
+                snapshot.unlink()
 
 
 def _load_component(component: Any, state_dict: dict[str, Any], what: str, path: Any) -> None:

@@ -34,6 +34,15 @@ class Progress:
         self._bar = tqdm(total=total_steps, initial=initial_step, unit="step", dynamic_ncols=True,
                          file=self.stream, disable=not self.interactive, leave=True)
 
+    @property
+    def total(self) -> int | None:
+        return self._bar.total
+
+    def set_total(self, total_steps: int) -> None:
+        """Set the number of steps once it is known (an epoch budget, after the first epoch's length)."""
+        self._bar.total = total_steps
+        self._bar.refresh()
+
     def advance(self, steps: int = 1) -> None:
         self._bar.update(steps)
 

@@ -65,8 +65,9 @@ class RunFolder:
             raise ConfigError(f"config keys {clashes} are reserved for the run folder")
         path.mkdir(parents=True, exist_ok=True)
         document = {"kind": kind, "format_version": FORMAT_VERSION, **config}
-        atomic_write_text(path / "config.json", json.dumps(document, indent=2, sort_keys=False) + "\n")
-        return cls(path, kind, dict(config))
+        text = json.dumps(document, indent=2, default=str)  # paths and other plain values as strings
+        atomic_write_text(path / "config.json", text + "\n")
+        return cls(path, kind, {key: value for key, value in json.loads(text).items() if key not in _RESERVED})
 
     @classmethod
     def open(cls, path: Path, kind: str | None = None) -> RunFolder:
@@ -205,7 +206,7 @@ def _step_files(folder: Path) -> list[Path]:
 def _warn_about_changes(run: RunFolder, config: dict[str, Any]) -> None:
     if not config:
         return
-    config = json.loads(json.dumps(config))  # compare as saved: tuples become lists
+    config = json.loads(json.dumps(config, default=str))  # compare as saved: tuples become lists
     changed = sorted(key for key in set(run.config) | set(config) if run.config.get(key) != config.get(key))
     if changed:
         print(f"warning: resuming {run.path}, whose config.json differs in: {', '.join(changed)}; "
