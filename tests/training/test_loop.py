@@ -161,3 +161,25 @@ def test_resume_warns_about_a_changed_config_and_keeps_the_saved_one(tmp_path, c
     _, run, result = train(tmp_path / "run", Budget(steps=3), resume=True, lr=0.5)
     assert "differs in: lr" in capsys.readouterr().err
     assert run.config == {"lr": 0.01} and result.step == 3
+
+
+def test_validation_without_data_or_without_the_best_metric(tmp_path, capsys):
+    class NoValidation(ToyRegression):
+        def evaluate(self):
+            return {}
+
+    class OtherMetric(ToyRegression):
+        def evaluate(self):
+            return {"mse": 1.0, "per_class": [1.0, 2.0], "count": torch.tensor(3)}
+
+    config = LoopConfig(eval_every_steps=1, checkpoint_every_minutes=None, average_last=0)
+    for name, task in (("none", NoValidation()), ("other", OtherMetric())):
+        run = RunFolder.create(tmp_path / name, "toy", {})
+        Trainer(task, run, Budget(steps=2), config, progress=False).fit()
+        assert not run.best_weights.exists() and run.last_weights.is_file()
+        valid = [{key: value for key, value in r.items() if key != "time"} for r in run.metrics()
+                 if r["split"] == "valid"]
+        expected = [] if name == "none" else [{"step": step, "split": "valid", "epoch": 0, "mse": 1.0, "count": 3.0}
+                                              for step in (1, 2)]
+        assert valid == expected
+    assert "no 'loss' among the validation metrics" in capsys.readouterr().err

@@ -69,3 +69,14 @@ def test_metrics_log_truncation_and_curves(tmp_path):
     run.metrics_path.write_text('{"step": 1}\nnot json\n{"step": 2}\n')
     with pytest.raises(DataError, match=r"metrics\.jsonl, line 2"):
         run.metrics()
+
+
+def test_weights_path_names_what_the_run_has(tmp_path):
+    run = RunFolder.create(tmp_path / "run", "toy", {})
+    run.last_weights.parent.mkdir(parents=True)
+    run.last_weights.write_bytes(b"")
+    assert run.weights_path("last") == run.last_weights
+    with pytest.raises(CheckpointError, match=r"no average weights .* it has: last"):
+        run.weights_path("average")
+    with pytest.raises(ConfigError, match="choose from best, last, average"):
+        run.weights_path("newest")

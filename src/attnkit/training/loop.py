@@ -261,9 +261,11 @@ class Trainer:
             progress.close()
         print(result.summary(self.run), flush=True)
         if reason == "diverged":
+            last = self.state.last_checkpoint_step
+            kept = "no checkpoint had been written yet" if last is None else \
+                f"the last good checkpoint (step {last}) is kept in {self.run.path}"
             raise TrainingDiverged(
-                f"{self.config.max_nonfinite} non-finite losses in a row at step {self.state.step}; the last good "
-                f"checkpoint (step {self.state.last_checkpoint_step}) is kept in {self.run.path}. "
+                f"{self.config.max_nonfinite} non-finite losses in a row at step {self.state.step}; {kept}. "
                 "Lower the learning rate, clip gradients (grad_clip) or turn off fp16.")
         return result
 
@@ -282,7 +284,7 @@ class Trainer:
             if outcome is None:
                 state.nonfinite_total += 1
                 state.nonfinite_in_a_row += 1
-                progress.write(f"step {state.step + 1}: non-finite loss or gradient, step skipped "
+                progress.warn(f"step {state.step + 1}: non-finite loss or gradient, step skipped "
                                f"({state.nonfinite_in_a_row} in a row, {state.nonfinite_total} in all)")
                 if state.nonfinite_in_a_row >= self.config.max_nonfinite:
                     return "diverged"
@@ -371,7 +373,10 @@ class Trainer:
         parameters = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         if self.scaler is not None:
             self.scaler.unscale_(optimizer)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, self.config.grad_clip or math.inf))
+        if self.config.grad_clip is not None:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, self.config.grad_clip))
+        else:
+            grad_norm = float(torch.nn.utils.get_total_norm([p.grad for p in parameters]))
         stepped = True
         if self.scaler is not None:  # the scaler skips steps with inf/nan gradients and lowers its scale
             scale = self.scaler.get_scale()
@@ -426,14 +431,16 @@ class Trainer:
         model, state = self.task.model, self.state
         model.eval()
         with isolated_rng(), torch.no_grad():
-            metrics = {key: float(value) for key, value in self.task.evaluate().items()}
+            metrics = _scalars(self.task.evaluate())
         model.train()
-        self.run.log({"step": state.step, "split": "valid", "epoch": state.epoch, **metrics})
         state.last_eval_step, self._last_eval_time = state.step, time.monotonic()
+        if not metrics:  # the task has no validation data
+            return
+        self.run.log({"step": state.step, "split": "valid", "epoch": state.epoch, **metrics})
         progress.write(f"step {state.step} validation: " + ", ".join(f"{k} {v:.4g}" for k, v in metrics.items()))
         if self.best_metric not in metrics:
-            raise ConfigError(f"the task's best_metric {self.best_metric!r} is not among its validation metrics "
-                              f"{sorted(metrics)}")
+            progress.warn(f"no {self.best_metric!r} among the validation metrics, so weights/best is not written")
+            return
         value = metrics[self.best_metric]
         better = state.best_value is None or (value > state.best_value if self.best_mode == "max"
                                               else value < state.best_value)
@@ -507,6 +514,12 @@ class Trainer:
         for snapshot in self.run.snapshots():
             if int(snapshot.stem.split("-")[1]) > step:
                 snapshot.unlink()
+
+
+def _scalars(metrics: dict[str, Any]) -> dict[str, float]:
+    """The metrics that are single numbers (Python numbers or one-element tensors), as floats."""
+    return {key: float(value) for key, value in metrics.items()
+            if isinstance(value, (int, float)) or (isinstance(value, torch.Tensor) and value.numel() == 1)}
 
 
 def _load_component(component: Any, state_dict: dict[str, Any], what: str, path: Any) -> None:

@@ -64,6 +64,13 @@ class Progress:
         elif self.enabled:
             print(message, file=self.stream, flush=True)
 
+    def warn(self, message: str) -> None:
+        """A warning, shown even when the progress display is off."""
+        if self.interactive:
+            self._bar.write(f"warning: {message}", file=self.stream)
+        else:
+            print(f"warning: {message}", file=self.stream, flush=True)
+
     def close(self) -> None:
         self._bar.close()
 

@@ -117,6 +117,17 @@ class RunFolder:
     def average_weights(self) -> Path:
         return self.path / "weights" / "average.safetensors"
 
+    def weights_path(self, which: str = "best") -> Path:
+        """weights/{best,last,average}.safetensors; CheckpointError if this run has not written it."""
+        paths = {"best": self.best_weights, "last": self.last_weights, "average": self.average_weights}
+        if which not in paths:
+            raise ConfigError(f"unknown weights {which!r}: choose from {', '.join(paths)}")
+        if not paths[which].is_file():
+            present = [name for name, path in paths.items() if path.is_file()]
+            raise CheckpointError(f"{self.path} has no {which} weights ({paths[which]} is missing); "
+                                  f"it has: {', '.join(present) or 'no weights yet'}")
+        return paths[which]
+
     def snapshot_path(self, step: int) -> Path:
         return self.path / "weights" / "snapshots" / f"step-{step:08d}.safetensors"
 
