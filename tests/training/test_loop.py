@@ -10,7 +10,7 @@ import torch
 from toy_task import ToyRegression
 from torch.testing import assert_close
 
-from attnkit.errors import ConfigError
+from attnkit.errors import CheckpointError, ConfigError
 from attnkit.training import Budget, LoopConfig, RunFolder, Trainer, TrainingDiverged, load_weights
 
 CONFIG = LoopConfig(log_every_steps=2, eval_every_steps=3, accumulate=2, checkpoint_every_steps=2,
@@ -79,6 +79,7 @@ def test_budget_by_epochs_and_by_steps(tmp_path):
 
 
 def test_truncated_newest_state_is_named_and_resume_falls_back(tmp_path, capsys):
+    """Also the all-damaged case: CheckpointError naming the file."""
     full, _, _ = train(tmp_path / "full", Budget(steps=7))
     train(tmp_path / "split", Budget(steps=4))
     run = RunFolder.open(tmp_path / "split")
@@ -87,9 +88,15 @@ def test_truncated_newest_state_is_named_and_resume_falls_back(tmp_path, capsys)
     newest.write_bytes(newest.read_bytes()[:-100])  # cut short, as by a crash mid-write without atomic rename
     resumed, _, result = train(tmp_path / "split", Budget(steps=7), resume=True)
     assert "step-00000004.safetensors is truncated" in capsys.readouterr().err
+    assert (run.path / "state" / "step-00000004.safetensors.damaged").is_file()
+    assert [p.name for p in run.training_states()] == ["step-00000006.safetensors", "step-00000007.safetensors"]
     assert result.step == 7
     assert_close(torch.tensor(resumed.losses), torch.tensor(full.losses[4:]), rtol=0, atol=0)  # from step 2
     assert_same_model(resumed.model, full.model)
+    for state in run.training_states():
+        state.write_bytes(state.read_bytes()[:50])
+    with pytest.raises(CheckpointError, match="no usable training state.*step-00000007.*step-00000006"):
+        train(tmp_path / "split", Budget(steps=9), resume=True)
 
 
 def test_non_finite_losses_are_skipped_and_counted(tmp_path):

@@ -153,7 +153,9 @@ class RunFolder:
     def load_newest_state(self) -> tuple[Path, dict[str, Any]] | None:
         """(path, state) of the newest training state that reads back intact, falling back to older ones.
 
-        None if there is none; CheckpointError naming every file if all are damaged.
+        A damaged file is renamed to `*.damaged`, so that it is kept for inspection but never tried
+        again nor mistaken for the newest state. None if there is no state; CheckpointError naming
+        every file if all are damaged.
         """
         failures = []
         for path in reversed(self.training_states()):
@@ -161,7 +163,9 @@ class RunFolder:
                 return path, load_training_state(path)
             except CheckpointError as error:
                 failures.append(str(error))
-                print(f"warning: {error}; trying the previous training state", file=sys.stderr)
+                path.replace(path.with_name(path.name + ".damaged"))
+                print(f"warning: {error}; set aside as {path.name}.damaged, trying the previous training state",
+                      file=sys.stderr)
         if failures:
             raise CheckpointError(f"no usable training state in {self.path / 'state'}: " + "; ".join(failures))
         return None
