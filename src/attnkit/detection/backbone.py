@@ -1,0 +1,87 @@
+"""The CNN backbone of DETR (Carion et al. 2020, section 3.2): a ResNet's stride-32 feature map.
+
+A torchvision ResNet (He et al. 2016) without its pooling and classifier; `body` keeps
+torchvision's layer names (conv1, bn1, layer1..layer4), as facebookresearch/detr's `Backbone`
+does, so `backbone.0.body.*` of a DETR checkpoint loads unchanged. Trained from scratch it uses
+ordinary, trainable BatchNorm; from a pretrained weights file the user supplies, it uses
+FrozenBatchNorm2d (statistics and affine terms fixed) and, as DETR, leaves conv1 and layer1
+frozen. With `dilation` the last stage is dilated (DC5: stride 16). Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import torchvision
+from torch import Tensor, nn
+from torchvision.models._utils import IntermediateLayerGetter
+from torchvision.ops.misc import FrozenBatchNorm2d
+
+from attnkit.errors import CheckpointError
+from attnkit.nn import PositionEmbeddingSine2D
+
+
+class Backbone(nn.Module):
+    """images (batch, 3, height, width) -> features (batch, channels, height / 32, width / 32)."""
+
+    def __init__(self, name: str, dilation: bool = False, weights: Path | None = None) -> None:
+        super().__init__()
+        norm_layer = FrozenBatchNorm2d if weights is not None else nn.BatchNorm2d
+        resnet = getattr(torchvision.models, name)(weights=None, norm_layer=norm_layer,
+                                                   replace_stride_with_dilation=[False, False, dilation])
+        if weights is not None:
+            load_resnet_weights(resnet, Path(weights))
+            for parameter_name, parameter in resnet.named_parameters():
+                if not parameter_name.startswith(("layer2", "layer3", "layer4")):
+                    parameter.requires_grad_(False)
+        self.body = IntermediateLayerGetter(resnet, return_layers={"layer4": "0"})
+        self.num_channels = 512 if name in ("resnet18", "resnet34") else 2048
+        self.stride = 16 if dilation else 32
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.body(images)["0"]  # (batch, channels, height / stride, width / stride)
+
+
+def load_resnet_weights(resnet: nn.Module, path: Path) -> None:
+    """Load a local torchvision-ResNet state dict (`.pth` read with weights_only=True, or `.safetensors`).
+
+    The classifier (`fc.*`) is ignored; a DETR checkpoint's `backbone.0.body.` prefix is accepted.
+    """
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+            tensors = load_file(str(path))
+        else:
+            tensors = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: backbone weights file not found") from None
+    except Exception as error:  # noqa: BLE001 - any unreadable file is the user's to fix
+        raise CheckpointError(f"{path}: cannot read backbone weights ({error})") from None
+    if isinstance(tensors, dict) and isinstance(tensors.get("model"), dict):
+        tensors = tensors["model"]  # a DETR checkpoint
+    if not isinstance(tensors, dict):
+        raise CheckpointError(f"{path}: expected a state dict of tensors")
+    tensors = {k.removeprefix("backbone.0.body."): v for k, v in tensors.items() if not k.startswith("fc.")}
+    expected = {k: v for k, v in resnet.state_dict().items() if not k.startswith("fc.")}
+    missing = [k for k in expected if k not in tensors]
+    misshaped = [k for k in expected if k in tensors and tensors[k].shape != expected[k].shape]
+    if missing or misshaped:
+        raise CheckpointError(f"{path} does not fit this ResNet: missing {missing[:5]}, mis-shaped {misshaped[:5]}")
+    resnet.load_state_dict({k: tensors[k] for k in expected}, strict=False)
+
+
+class Joiner(nn.Sequential):
+    """Backbone and position embedding; DETR's `backbone` (`backbone.0` is the ResNet, `backbone.1` the positions)."""
+
+    def __init__(self, backbone: Backbone, position_embedding: PositionEmbeddingSine2D) -> None:
+        super().__init__(backbone, position_embedding)
+        self.num_channels = backbone.num_channels
+
+    def forward(self, images: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """images (batch, 3, H, W), mask (batch, H, W) True on padding -> features (batch, channels, h, w),
+        the mask at feature resolution (batch, h, w) and positions (batch, hidden, h, w)."""
+        features = self[0](images)
+        mask = F.interpolate(mask[None].float(), size=features.shape[-2:])[0].bool()  # (batch, h, w)
+        return features, mask, self[1](mask, dtype=features.dtype)

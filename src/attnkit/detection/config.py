@@ -1,0 +1,132 @@
+"""Detection configs: the model (`DetrConfig`) and its training (`DetectionTrainConfig`), with presets.
+
+`detr-r50` is the paper's configuration (Carion et al. 2020, section 4 and appendix A.4);
+`small` trains on the built-in `shapes` data on 2 CPU cores in minutes; `tiny` is for tests.
+Saved together as the run folder's config.json and rebuilt from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+from attnkit.errors import ConfigError
+
+BACKBONES = ("resnet18", "resnet34", "resnet50", "resnet101")
+
+
+@dataclass(frozen=True)
+class DetrConfig:
+    """The detector; the defaults are DETR-R50 (hidden 256, 8 heads, 6+6 layers, d_ff 2048, 100 queries)."""
+    arch: str = "detr"  # a key of attnkit.detection.architectures.ARCHITECTURES
+    num_classes: int = 91  # real classes; the dataset's at training time ("no object" is added)
+    backbone: str = "resnet50"
+    dilation: bool = False  # DC5: dilate the last stage, stride 16 instead of 32
+    hidden_dim: int = 256
+    num_heads: int = 8
+    enc_layers: int = 6
+    dec_layers: int = 6
+    dim_feedforward: int = 2048
+    dropout: float = 0.1
+    num_queries: int = 100
+    pre_norm: bool = False  # the paper is post-norm
+    aux_loss: bool = True  # a loss after every decoder layer (section 3.2)
+
+    def __post_init__(self) -> None:
+        if self.backbone not in BACKBONES:
+            raise ConfigError(f"backbone must be one of {', '.join(BACKBONES)}, got {self.backbone!r}")
+        if self.hidden_dim % self.num_heads or self.hidden_dim % 2:
+            raise ConfigError(f"hidden_dim ({self.hidden_dim}) must be even and divisible by num_heads "
+                              f"({self.num_heads})")
+        for name in ("num_classes", "enc_layers", "dec_layers", "dim_feedforward", "num_queries", "num_heads"):
+            if getattr(self, name) < (0 if name == "enc_layers" else 1):
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if not 0 <= self.dropout < 1:
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+
+
+@dataclass(frozen=True)
+class DetectionTrainConfig:
+    """Optimisation, augmentation and loss weights; the defaults are the paper's."""
+    lr: float = 1e-4
+    lr_backbone: float = 1e-5
+    weight_decay: float = 1e-4
+    clip_max_norm: float = 0.1
+    batch_size: int = 2
+    lr_drop_epochs: int = 200  # learning rates x 0.1 after this many epochs
+    train_scales: tuple[int, ...] = (480, 512, 544, 576, 608, 640, 672, 704, 736, 768, 800)
+    max_size: int = 1333
+    val_size: int = 800
+    flip: bool = True
+    crop_min_fraction: float = 0.5
+    cost_class: float = 1.0
+    cost_bbox: float = 5.0
+    cost_giou: float = 2.0
+    ce_loss_coef: float = 1.0
+    bbox_loss_coef: float = 5.0
+    giou_loss_coef: float = 2.0
+    eos_coef: float = 0.1  # weight of the "no object" class
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "train_scales", tuple(int(s) for s in self.train_scales))
+        if self.lr <= 0 or self.lr_backbone < 0 or self.weight_decay < 0:
+            raise ConfigError("lr must be positive, lr_backbone and weight_decay non-negative")
+        if self.batch_size < 1 or self.lr_drop_epochs < 1:
+            raise ConfigError("batch_size and lr_drop_epochs must be at least 1")
+        if not self.train_scales or min(self.train_scales) < 16 or self.val_size < 16:
+            raise ConfigError(f"image sizes must be at least 16 pixels, got {self.train_scales} / {self.val_size}")
+        if self.max_size < max(max(self.train_scales), self.val_size):
+            raise ConfigError(f"max_size ({self.max_size}) must be at least the largest scale")
+        if not 0 < self.crop_min_fraction <= 1:
+            raise ConfigError(f"crop_min_fraction must be in (0, 1], got {self.crop_min_fraction}")
+
+
+@dataclass(frozen=True)
+class DetectionConfig:
+    """A detection run's whole config: model, training, and where the data came from."""
+    model: DetrConfig = field(default_factory=DetrConfig)
+    train: DetectionTrainConfig = field(default_factory=DetectionTrainConfig)
+    preset: str = "detr-r50"
+    data: str = "shapes"  # "shapes" or a COCO-layout folder
+    class_names: tuple[str, ...] = ()
+    category_ids: tuple[int, ...] = ()  # label -> the dataset's category id
+    shapes: dict[str, Any] = field(default_factory=dict)  # ShapesConfig fields when data is "shapes"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, document: dict[str, Any]) -> DetectionConfig:
+        """Rebuild from config.json; ConfigError on unknown or missing sections."""
+        try:
+            return cls(model=DetrConfig(**document["model"]), train=DetectionTrainConfig(**document["train"]),
+                       **{f.name: _tuple(document[f.name]) for f in fields(cls) if f.name not in ("model", "train")})
+        except (KeyError, TypeError) as error:
+            raise ConfigError(f"not a detection config ({error})") from None
+
+
+def _tuple(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+_SMALL_MODEL = DetrConfig(backbone="resnet18", hidden_dim=128, num_heads=8, enc_layers=2, dec_layers=2,
+                          dim_feedforward=512, dropout=0.0, num_queries=20)
+_SMALL_TRAIN = DetectionTrainConfig(lr=2e-4, lr_backbone=2e-4, clip_max_norm=0.1, batch_size=8,
+                                    lr_drop_epochs=1000, train_scales=(112, 120, 128, 136, 144), max_size=192,
+                                    val_size=128)
+PRESETS: dict[str, tuple[DetrConfig, DetectionTrainConfig]] = {
+    "detr-r50": (DetrConfig(), DetectionTrainConfig()),
+    "small": (_SMALL_MODEL, _SMALL_TRAIN),
+    "tiny": (replace(_SMALL_MODEL, hidden_dim=32, num_heads=2, enc_layers=1, dec_layers=1, dim_feedforward=64,
+                     num_queries=10),
+             replace(_SMALL_TRAIN, lr=5e-4, lr_backbone=5e-4, batch_size=4, train_scales=(64,), max_size=96,
+                     val_size=64, crop_min_fraction=1.0)),
+}
+
+
+def preset(name: str) -> tuple[DetrConfig, DetectionTrainConfig]:
+    """The model and training configs of a preset; ConfigError naming the presets if unknown."""
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    return PRESETS[name]
