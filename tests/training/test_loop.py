@@ -190,3 +190,32 @@ def test_validation_without_data_or_without_the_best_metric(tmp_path, capsys):
                                               for step in (1, 2)]
         assert valid == expected
     assert "no 'loss' among the validation metrics" in capsys.readouterr().err
+
+
+def test_loss_scaler_state_resumes_and_its_skipped_steps_are_not_divergence(tmp_path):
+    """The fp16 path's GradScaler logic, exercised on CPU with fp32 gradients (fp16 itself needs CUDA)."""
+
+    class InfGradient(ToyRegression):
+        def train_step(self, batch):
+            output = super().train_step(batch)
+            if self.calls == 3:  # an overflow in the backward pass only: the loss itself is finite
+                weights = self.model[0].weight.sum()
+                output["loss"] = output["loss"] + 1e38 * (weights - weights.detach())  # gradient 1e38 * scale: inf
+            return output
+
+    def fit(path, steps, resume=False):
+        torch.manual_seed(99)
+        task = InfGradient()
+        run = RunFolder.create(path, "toy", {}, resume=resume)
+        trainer = Trainer(task, run, Budget(steps=steps), CONFIG, progress=False)
+        trainer.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=100)
+        return task, trainer, trainer.fit(resume=resume)
+
+    full, full_trainer, result = fit(tmp_path / "full", 6)
+    assert result.nonfinite_total == 0 and result.step == 6  # the scaler skipped the update, the loop did not count it
+    assert full_trainer.scaler.get_scale() == 2.0**9  # halved once, at the overflow
+    fit(tmp_path / "split", 3)
+    resumed, trainer, _ = fit(tmp_path / "split", 6, resume=True)
+    assert trainer.scaler.state_dict() == full_trainer.scaler.state_dict()
+    assert_close(torch.tensor(resumed.losses), torch.tensor(full.losses[6:]), rtol=0, atol=0)
+    assert_same_model(resumed.model, full.model)
