@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-from attnkit.nn import RotaryEmbedding, TransformerEncoder, TransformerEncoderLayer
+from attnkit.nn import RotaryEmbedding, TransformerEncoder, TransformerEncoderLayer, get_activation
 
 D, H, FF, BATCH, LENGTH = 16, 4, 32, 3, 6
 TOL = {"atol": 1e-5, "rtol": 1e-5}
@@ -43,6 +43,17 @@ def masks(kind):
 
 
 MASKS = ["none", "padding", "bool", "float", "per_head", "causal_and_padding"]
+
+
+def test_feed_forward_is_equation_2():
+    ours, _ = layer_pair()
+    x = torch.randn(2, 4, D)
+    w1, b1, w2, b2 = ours.linear1.weight, ours.linear1.bias, ours.linear2.weight, ours.linear2.bias
+    expected = torch.clamp(x @ w1.T + b1, min=0) @ w2.T + b2  # FFN(x) = max(0, x W1 + b1) W2 + b2
+    assert_close(ours.feed_forward(x), expected)
+    assert get_activation("gelu") is F.gelu and get_activation(torch.tanh) is torch.tanh
+    with pytest.raises(ValueError, match="'swish'"):
+        get_activation("swish")
 
 
 def test_state_dict_keys_are_torchs():

@@ -148,7 +148,8 @@ def test_sine_2d_padding_does_not_move_positions(normalize):
 
 
 def test_sine_2d_dtype_and_bad_arguments():
-    assert PositionEmbeddingSine2D(4)(torch.zeros(1, 2, 2, dtype=torch.bool), dtype=torch.float64).dtype == torch.float64
+    mask = torch.zeros(1, 2, 2, dtype=torch.bool)
+    assert PositionEmbeddingSine2D(4)(mask, dtype=torch.float64).dtype == torch.float64
     with pytest.raises(ValueError, match="normalize should be True"):
         PositionEmbeddingSine2D(scale=1.0)
     with pytest.raises(ValueError, match="even"):

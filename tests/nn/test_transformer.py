@@ -45,7 +45,8 @@ def masks(kind):
                     "tgt_key_padding_mask": padding(TARGET)},
         "translation": {"tgt_mask": causal, "src_key_padding_mask": padding(SOURCE).float() * -1e9,
                         "memory_key_padding_mask": padding(SOURCE).float() * -1e9},
-        "attention_masks": {"src_mask": torch.rand(SOURCE, SOURCE) > 0.8, "memory_mask": torch.rand(TARGET, SOURCE) > 0.8,
+        "attention_masks": {"src_mask": torch.rand(SOURCE, SOURCE) > 0.8,
+                            "memory_mask": torch.rand(TARGET, SOURCE) > 0.8,
                             "tgt_mask": torch.randn(BATCH * H, TARGET, TARGET)},
     }[kind]
 
@@ -99,6 +100,18 @@ def test_float64_and_device_follow_the_module():
     assert meta(src.to("meta", torch.float32), tgt.to("meta", torch.float32)).device.type == "meta"
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_runs_on_the_inputs_device():
+    ours, _ = pair(batch_first=True)
+    (src, tgt), kwargs = sequences(True), masks("padding")
+    with torch.no_grad():
+        expected = ours(src, tgt, **kwargs)
+        ours = ours.cuda()
+        out = ours(src.cuda(), tgt.cuda(), **{name: mask.cuda() for name, mask in kwargs.items()})
+    assert out.device.type == "cuda"
+    assert_close(out.cpu(), expected, atol=1e-4, rtol=1e-4)  # TF32 and other kernels on the GPU
+
+
 def test_encode_then_decode_is_forward():
     ours, _ = pair(batch_first=True)
     (src, tgt), kwargs = sequences(True), masks("padding")
@@ -138,7 +151,8 @@ def test_custom_encoder_and_decoder_are_used():
 
 
 def test_generate_square_subsequent_mask_is_torchs():
-    assert_close(Transformer.generate_square_subsequent_mask(4), torch.nn.Transformer.generate_square_subsequent_mask(4))
+    expected = torch.nn.Transformer.generate_square_subsequent_mask(4)
+    assert_close(Transformer.generate_square_subsequent_mask(4), expected)
 
 
 def test_capture_attention_records_every_attention_without_changing_outputs():
