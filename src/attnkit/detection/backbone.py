@@ -26,13 +26,16 @@ from attnkit.nn import PositionEmbeddingSine2D
 class Backbone(nn.Module):
     """images (batch, 3, height, width) -> features (batch, channels, height / 32, width / 32)."""
 
-    def __init__(self, name: str, dilation: bool = False, weights: Path | None = None) -> None:
+    def __init__(self, name: str, dilation: bool = False, frozen_batchnorm: bool = False,
+                 weights: Path | None = None) -> None:
         super().__init__()
-        norm_layer = FrozenBatchNorm2d if weights is not None else nn.BatchNorm2d
+        frozen_batchnorm = frozen_batchnorm or weights is not None
+        norm_layer = FrozenBatchNorm2d if frozen_batchnorm else nn.BatchNorm2d
         resnet = getattr(torchvision.models, name)(weights=None, norm_layer=norm_layer,
                                                    replace_stride_with_dilation=[False, False, dilation])
         if weights is not None:
             load_resnet_weights(resnet, Path(weights))
+        if frozen_batchnorm:  # a pretrained backbone: conv1 and layer1 stay as they are (DETR)
             for parameter_name, parameter in resnet.named_parameters():
                 if not parameter_name.startswith(("layer2", "layer3", "layer4")):
                     parameter.requires_grad_(False)

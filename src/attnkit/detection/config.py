@@ -7,6 +7,7 @@ Saved together as the run folder's config.json and rebuilt from it.
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
@@ -22,6 +23,7 @@ class DetrConfig:
     num_classes: int = 91  # real classes; the dataset's at training time ("no object" is added)
     backbone: str = "resnet50"
     dilation: bool = False  # DC5: dilate the last stage, stride 16 instead of 32
+    frozen_batchnorm: bool = False  # True when the backbone starts from pretrained weights
     hidden_dim: int = 256
     num_heads: int = 8
     enc_layers: int = 6
@@ -130,3 +132,19 @@ def preset(name: str) -> tuple[DetrConfig, DetectionTrainConfig]:
     if name not in PRESETS:
         raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
     return PRESETS[name]
+
+
+def override(config: DetectionConfig, assignments: list[str]) -> DetectionConfig:
+    """Apply `model.KEY=VALUE` / `train.KEY=VALUE` strings; values are parsed as JSON when they can be."""
+    values = config.to_dict()
+    for assignment in assignments:
+        key, sep, raw = assignment.partition("=")
+        section, _, name = key.partition(".")
+        if not sep or section not in ("model", "train") or name not in values[section]:
+            known = [f"{s}.{k}" for s in ("model", "train") for k in values[s]]
+            raise ConfigError(f"cannot set '{assignment}': expected KEY=VALUE with KEY one of {', '.join(known)}")
+        try:
+            values[section][name] = json.loads(raw.lower() if raw.lower() in ("true", "false") else raw)
+        except json.JSONDecodeError:
+            values[section][name] = raw
+    return DetectionConfig.from_dict(values)

@@ -70,6 +70,12 @@ def eval_transforms(size: int, max_size: int) -> v2.Compose:
     return v2.Compose([v2.Resize(size, max_size=max_size), *_normalise()])
 
 
+def inference_transforms(size: int, max_size: int) -> v2.Compose:
+    """Evaluation's resize and normalisation for an image alone: (3, height, width) uint8 -> float."""
+    return v2.Compose([v2.Resize(size, max_size=max_size), v2.ToDtype(torch.float32, scale=True),
+                       v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+
+
 def _normalise() -> list[v2.Transform]:
     return [v2.ToDtype(torch.float32, scale=True), v2.Normalize(IMAGENET_MEAN, IMAGENET_STD), ToDetrTarget()]
 

@@ -1,0 +1,216 @@
+"""Command line: `attnkit train detection`, `attnkit eval detection`, `attnkit detect`, `attnkit data shapes`."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import torch
+import typer
+
+from attnkit.cli import app, data_app, eval_app, train_app
+from attnkit.errors import ConfigError, DataError, user_errors
+
+DATA_HELP = "shapes (built in) or a COCO-layout folder (train2017/, val2017/, annotations/instances_*.json)."
+
+
+def _device(name: str | None) -> torch.device:
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError("--device cuda: no CUDA device is available")
+    try:
+        return torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"--device: unknown device {name!r}") from None
+
+
+@train_app.command("detection")
+def train_detection(
+    data: str = typer.Option(None, "--data", help=DATA_HELP),
+    out: Path = typer.Option(..., "--out", help="Run folder to write (config, weights, metrics, curves)."),
+    images: Path = typer.Option(None, "--images", help="Training image folder (with --annotations, instead of --data)."),
+    annotations: Path = typer.Option(None, "--annotations", help="Training instances_*.json."),
+    val_images: Path = typer.Option(None, "--val-images", help="Validation image folder."),
+    val_annotations: Path = typer.Option(None, "--val-annotations", help="Validation instances_*.json."),
+    preset: str = typer.Option("small", "--preset", help="small (2 CPU cores), detr-r50 (the paper) or tiny."),
+    arch: str = typer.Option(None, "--arch", help="Detector architecture (default: the preset's, detr)."),
+    backbone_weights: Path = typer.Option(None, "--backbone-weights",
+                                          help="Local pretrained torchvision ResNet weights (.pth or .safetensors)."),
+    minutes: float = typer.Option(None, "--minutes", help="Time budget (default 10 if no budget is given)."),
+    epochs: int = typer.Option(None, "--epochs", help="Epoch budget."),
+    steps: int = typer.Option(None, "--steps", help="Optimizer-step budget."),
+    no_flip: bool = typer.Option(False, "--no-flip", help="No horizontal flips (for data where mirror images differ)."),
+    set_: list[str] = typer.Option([], "--set", help="Override a config value: --set model.num_queries=50 --set train.lr=2e-4."),
+    eval_every_minutes: float = typer.Option(2.0, "--eval-every-minutes", help="Validate (COCO AP) this often."),
+    shapes_images: int = typer.Option(1000, "--shapes-train-images", help="Training images of `shapes`."),
+    shapes_size: int = typer.Option(128, "--shapes-image-size", help="Image size of `shapes`."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the run in OUT where it stopped."),
+    device: str = typer.Option(None, "--device", help="cpu or cuda (default: cuda when available)."),
+) -> None:
+    """Train a DETR detector on DATA; writes the run folder OUT."""
+    with user_errors():
+        from attnkit.detection.shapes import ShapesConfig
+        from attnkit.training import Budget
+
+        budget = Budget(steps=steps, epochs=epochs, minutes=minutes if (steps or epochs or minutes) else 10.0)
+        shapes = ShapesConfig(image_size=shapes_size, train_images=shapes_images)
+        assignments = list(set_) + ([f"model.arch={arch}"] if arch else []) + (["train.flip=false"] if no_flip else [])
+        train(out, data, budget, preset, assignments, shapes, (images, annotations), (val_images, val_annotations),
+              backbone_weights, eval_every_minutes, resume, _device(device))
+
+
+def train(out: Path, data: str | None, budget, preset_name: str = "small", assignments: list[str] = (),
+          shapes=None, train_paths=(None, None), val_paths=(None, None), backbone_weights: Path | None = None,
+          eval_every_minutes: float = 2.0, resume: bool = False, device: torch.device = torch.device("cpu"),
+          progress: bool = True):
+    """Resolve the config and the data, create (or reopen) the run folder and train; returns the Trainer's result."""
+    from attnkit.detection.shapes import ShapesConfig
+    from attnkit.detection.sources import open_split, split_paths
+    from attnkit.detection.task import DetectionTask
+    from attnkit.detection.transforms import eval_transforms, train_transforms
+    from attnkit.training import LoopConfig, RunFolder, Trainer
+
+    config = _resolve_config(out, resume, preset_name, list(assignments), data, train_paths, shapes,
+                             backbone_weights)
+    shapes = ShapesConfig(**config.shapes) if config.data == "shapes" else ShapesConfig()
+    run = RunFolder.create(out, "detection", config.to_dict(), resume=resume)
+    t = config.train
+    train_set = open_split(split_paths(config.data if train_paths[0] is None else None, "train", run.path, shapes,
+                                       *train_paths), train_transforms(t.train_scales, t.max_size, t.flip,
+                                                                       t.crop_min_fraction))
+    if val_paths[0] is None and train_paths[0] is not None:
+        print("data: no --val-images/--val-annotations; validating on the training images")
+        val_paths = train_paths
+    val_set = open_split(split_paths(config.data if val_paths[0] is None else None, "val", run.path, shapes,
+                                     *val_paths), eval_transforms(t.val_size, t.max_size))
+    check_categories(config, val_set.coco)
+    task = DetectionTask(config, train_set, val_set, device, backbone_weights if not resume else None)
+    parameters = sum(p.numel() for p in task.model.parameters())
+    print(f"model: {config.model.arch} {config.model.backbone}, {parameters / 1e6:.1f}M parameters, "
+          f"{config.model.num_classes} classes, {config.model.num_queries} queries, on {device}")
+    loop = LoopConfig(eval_every_minutes=eval_every_minutes, checkpoint_every_minutes=eval_every_minutes,
+                      grad_clip=t.clip_max_norm or None, amp="bf16" if device.type == "cuda" else "off")
+    result = Trainer(task, run, budget, loop, progress=progress).fit(resume=resume)
+    print(f"run folder: {run.path}")
+    return result
+
+
+def _resolve_config(out: Path, resume: bool, preset_name: str, assignments: list[str], data: str | None,
+                    train_paths, shapes, backbone_weights: Path | None):
+    from attnkit.detection.config import DetectionConfig, override, preset
+    from attnkit.detection.data import load_annotations
+    from attnkit.detection.shapes import CLASSES
+    from attnkit.detection.sources import split_paths
+    from attnkit.training import RunFolder
+
+    if resume and (out / "config.json").is_file():
+        config = DetectionConfig.from_dict(RunFolder.open(out, "detection").config)
+        print(f"preset: {config.preset} (from {out / 'config.json'})")
+        return config
+    model, train = preset(preset_name)
+    config = override(DetectionConfig(model, train, preset=preset_name), assignments)
+    if data == "shapes" and train_paths[0] is None:
+        names, ids = tuple(CLASSES), tuple(range(1, len(CLASSES) + 1))
+        source, shapes_fields = "shapes", asdict(shapes)
+    else:
+        coco = load_annotations(split_paths(data, "train", out, shapes, *train_paths)[1])
+        names, ids, source, shapes_fields = tuple(coco.names), tuple(coco.category_ids), str(data or "explicit"), {}
+    model = replace(config.model, num_classes=len(names), frozen_batchnorm=backbone_weights is not None)
+    print(f"preset: {preset_name}" + (f"; overrides: {', '.join(assignments)}" if assignments else ""))
+    return replace(config, model=model, data=source, class_names=names, category_ids=ids, shapes=shapes_fields)
+
+
+def check_categories(config, coco) -> None:
+    """DataError unless the dataset has the categories the model was trained on."""
+    if tuple(coco.category_ids) != tuple(config.category_ids):
+        raise DataError(f"{coco.path}: categories {coco.category_ids} differ from the run's {list(config.category_ids)}")
+
+
+@eval_app.command("detection")
+def eval_detection(
+    run: Path = typer.Argument(..., help="A detection run folder."),
+    data: str = typer.Option(None, "--data", help=DATA_HELP + " Default: the run's data."),
+    split: str = typer.Option("val", "--split", help="Which split of DATA: val, train, test."),
+    images: Path = typer.Option(None, "--images", help="Image folder (with --annotations, instead of --data)."),
+    annotations: Path = typer.Option(None, "--annotations", help="instances_*.json of those images."),
+    weights: str = typer.Option("best", "--weights", help="best, last or average."),
+    batch_size: int = typer.Option(8, "--batch-size", help="Images per forward pass (does not change the result)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    device: str = typer.Option(None, "--device", help="cpu or cuda (default: cuda when available)."),
+) -> None:
+    """COCO box AP of RUN on a split: AP, AP50, AP75, APs, APm, APl."""
+    with user_errors():
+        from attnkit.detection.detector import Detector
+        from attnkit.detection.evaluate import evaluate_detector
+        from attnkit.detection.shapes import ShapesConfig
+        from attnkit.detection.sources import open_split, split_paths
+        from attnkit.detection.transforms import eval_transforms
+
+        if batch_size < 1:
+            raise ConfigError("--batch-size must be at least 1")
+        detector = Detector.from_run(run, weights, _device(device))
+        config = detector.config
+        shapes = ShapesConfig(**config.shapes) if config.shapes else ShapesConfig()
+        source = data or (config.data if images is None else None)
+        dataset = open_split(split_paths(source, split, run, shapes, images, annotations),
+                             eval_transforms(config.train.val_size, config.train.max_size))
+        check_categories(config, dataset.coco)
+        metrics = evaluate_detector(detector.model, dataset, batch_size)
+        if as_json:
+            print(json.dumps(metrics))
+        else:
+            print(" ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))
+
+
+@app.command()
+def detect(
+    run: Path = typer.Argument(..., help="A detection run folder."),
+    images: list[Path] = typer.Argument(..., help="Image files."),
+    out: Path = typer.Option(..., "--out", help="Folder for the annotated images."),
+    threshold: float = typer.Option(0.5, "--threshold", help="Keep detections with at least this score."),
+    as_json: bool = typer.Option(False, "--json", help="Also write OUT/detections.json (COCO results format)."),
+    weights: str = typer.Option("best", "--weights", help="best, last or average."),
+    device: str = typer.Option(None, "--device", help="cpu or cuda (default: cuda when available)."),
+) -> None:
+    """Detect objects in IMAGE files; draw boxes with class names and scores into OUT."""
+    with user_errors():
+        from attnkit.detection.data import read_image
+        from attnkit.detection.detector import Detector
+        from attnkit.detection.draw import draw_boxes
+
+        detector = Detector.from_run(run, weights, _device(device))
+        out.mkdir(parents=True, exist_ok=True)
+        results = []
+        for index, path in enumerate(images, start=1):
+            image = read_image(path)
+            found = detector.predict(image, threshold)[0]
+            target = out / f"{path.stem}.png"
+            draw_boxes(image, found.boxes.tolist(), found.labels.tolist(), found.names, found.scores.tolist()).save(target)
+            print(f"{path}: {len(found)} objects ({', '.join(found.names) or 'none'}) -> {target}")
+            results += [{"image_id": index, "file_name": str(path), "category_id": category,
+                         "bbox": [round(x0, 2), round(y0, 2), round(x1 - x0, 2), round(y1 - y0, 2)],
+                         "score": round(score, 5)}
+                        for (x0, y0, x1, y1), score, category in zip(found.boxes.tolist(), found.scores.tolist(),
+                                                                      found.category_ids)]
+        if as_json:
+            (out / "detections.json").write_text(json.dumps(results, indent=1))
+            print(f"detections: {out / 'detections.json'}")
+
+
+@data_app.command("shapes")
+def data_shapes(
+    out: Path = typer.Option(..., "--out", help="Folder to write (COCO layout: train/, val/, annotations/)."),
+    image_size: int = typer.Option(128, "--image-size", help="Width and height of each image."),
+    train_images: int = typer.Option(1000, "--train-images"),
+    val_images: int = typer.Option(200, "--val-images"),
+    max_objects: int = typer.Option(4, "--max-objects", help="At most this many shapes per image."),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Write the built-in `shapes` detection dataset in COCO layout."""
+    with user_errors():
+        from attnkit.detection.shapes import ShapesConfig, write_shapes
+
+        root = write_shapes(out, ShapesConfig(image_size, train_images, val_images, max_objects, seed))
+        print(f"shapes: {train_images} train and {val_images} val images of {image_size} px in {root}")
