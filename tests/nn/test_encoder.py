@@ -187,4 +187,14 @@ def test_bad_inputs_name_the_shapes():
     with pytest.raises(ValueError, match=r"pos must have the shape of src \(3, 6, 16\), got \(3, 5, 16\)"):
         stack(src, pos=torch.zeros(3, 5, D))
     with pytest.raises(ValueError, match="num_layers"):
-        TransformerEncoder(ours, 0)
+        TransformerEncoder(ours, -1)
+
+
+def test_zero_layers_is_the_final_norm_alone():
+    ours, _ = layer_pair(batch_first=True)
+    norm = torch.nn.LayerNorm(D)
+    src = source(True)
+    assert_close(TransformerEncoder(ours, 0, norm)(src, pos=torch.randn_like(src)), norm(src))
+    assert_close(TransformerEncoder(ours, 0)(src), src)
+    with pytest.raises(ValueError, match="d_model=16"):
+        TransformerEncoder(ours, 0)(torch.randn(2, 3, 8))

@@ -117,7 +117,9 @@ class TransformerEncoderLayer(FeedForwardMixin, nn.Module):
 
         pos: DETR's positions, src's shape, added to the self-attention's queries and keys.
         """
-        layout, x, mask, padding, pos = prepare_encoder_inputs(self, src, src_mask, src_key_padding_mask, pos)
+        layout, x, mask, padding, pos = prepare_encoder_inputs(self.self_attn.embed_dim, self.self_attn.num_heads,
+                                                               self.batch_first, src, src_mask, src_key_padding_mask,
+                                                               pos)
         return layout.exit(self.forward_batch_first(x, mask, padding, is_causal, pos))
 
     def forward_batch_first(self, x: Tensor, mask: Tensor | None = None, key_padding_mask: Tensor | None = None,
@@ -137,16 +139,15 @@ class TransformerEncoderLayer(FeedForwardMixin, nn.Module):
         return self.dropout1(out)  # (batch, length, d_model)
 
 
-def prepare_encoder_inputs(layer: TransformerEncoderLayer, src: Tensor, mask: Tensor | None,
+def prepare_encoder_inputs(d_model: int, nhead: int, batch_first: bool, src: Tensor, mask: Tensor | None,
                            key_padding_mask: Tensor | None, pos: Tensor | None):
-    """Check the encoder's inputs against `layer` and bring them to batch-first, once."""
-    attention = layer.self_attn
-    layout = SequenceLayout.of("src", src, attention.embed_dim, layer.batch_first)
+    """Check the encoder's inputs and bring them to batch-first, once."""
+    layout = SequenceLayout.of("src", src, d_model, batch_first)
     check_same_shape("pos", pos, "src", src)
     x, padding = layout.enter(src), layout.enter_padding(key_padding_mask)  # x: (batch, length, d_model)
     batch, length = x.shape[:2]
     check_padding_mask("src_key_padding_mask", padding, batch, length)
-    check_attn_mask("src_mask", mask, batch, attention.num_heads, length, length)
+    check_attn_mask("src_mask", mask, batch, nhead, length, length)
     return layout, x, mask, padding, layout.enter(pos)
 
 
@@ -155,6 +156,7 @@ class TransformerEncoder(nn.Module):
 
     enable_nested_tensor and mask_check are accepted for torch compatibility and have no effect:
     padded positions are computed like the others (torch's nested-tensor path returns zeros there).
+    num_layers may be 0 (then the encoder is `norm`, or the identity): DETR's encoder ablation.
     """
 
     def __init__(self, encoder_layer: TransformerEncoderLayer, num_layers: int, norm: nn.Module | None = None,
@@ -162,15 +164,18 @@ class TransformerEncoder(nn.Module):
         super().__init__()
         if not isinstance(encoder_layer, TransformerEncoderLayer):
             raise ValueError(f"encoder_layer must be an attnkit TransformerEncoderLayer, got {type(encoder_layer)}")
-        if num_layers < 1:
-            raise ValueError(f"num_layers must be at least 1, got {num_layers}")
+        if num_layers < 0:
+            raise ValueError(f"num_layers must be at least 0, got {num_layers}")
         self.layers = clones(encoder_layer, num_layers)
         self.num_layers, self.norm = num_layers, norm
+        attention = encoder_layer.self_attn  # the input checks need these even with no layers
+        self.d_model, self.nhead, self.batch_first = attention.embed_dim, attention.num_heads, encoder_layer.batch_first
 
     def forward(self, src: Tensor, mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
                 is_causal: bool | None = None, pos: Tensor | None = None) -> Tensor:
         """src: (length, batch, d_model), or batch first, or unbatched; same shape out. pos: as src (DETR)."""
-        layout, x, mask, padding, pos = prepare_encoder_inputs(self.layers[0], src, mask, src_key_padding_mask, pos)
+        layout, x, mask, padding, pos = prepare_encoder_inputs(self.d_model, self.nhead, self.batch_first, src, mask,
+                                                               src_key_padding_mask, pos)
         for layer in self.layers:
             x = layer.forward_batch_first(x, mask, padding, bool(is_causal), pos)  # (batch, length, d_model)
         if self.norm is not None:
