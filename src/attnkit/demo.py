@@ -43,8 +43,16 @@ def attention_core_part(out: Path) -> None:
     print(f"  heatmap: {path}")
 
 
+def detection_part(out: Path) -> None:
+    """DETR trained on the built-in `shapes` for a few minutes; ground truth next to predictions."""
+    from attnkit.detection.demo_part import detection_demo
+
+    detection_demo(out)
+
+
 DEMO_PARTS: list[tuple[str, Callable[[Path], None]]] = [
     ("attention core", attention_core_part),
+    ("detection", detection_part),
 ]
 
 
