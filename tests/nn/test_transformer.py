@@ -176,6 +176,10 @@ def test_capture_attention_records_every_attention_without_changing_outputs():
         weights.clear()
         ours(src, tgt)
         assert weights == {}  # the hooks are gone after the block
+        attention = ours.encoder.layers[0].self_attn
+        with capture_attention(attention) as weights:
+            attention(src, src, src, None, False)  # need_weights=False given positionally
+        assert weights[""].shape == (BATCH, H, SOURCE, SOURCE)
 
 
 def test_bad_inputs_name_the_shapes():

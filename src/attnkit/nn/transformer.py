@@ -13,6 +13,7 @@ records attention weights for visualisation without touching the normal path.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -121,7 +122,9 @@ def capture_attention(model: nn.Module) -> Iterator[dict[str, Tensor]]:
 
 
 def _ask_for_weights(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    return args, {**kwargs, "need_weights": True, "average_attn_weights": False}
+    call = inspect.signature(module.forward).bind(*args, **kwargs)  # need_weights may have come positionally
+    call.arguments.update(need_weights=True, average_attn_weights=False)
+    return call.args, call.kwargs
 
 
 def _recorder(captured: dict[str, Tensor], name: str):
