@@ -70,8 +70,10 @@ def load_resnet_weights(resnet: nn.Module, path: Path) -> None:
     expected = {k: v for k, v in resnet.state_dict().items() if not k.startswith("fc.")}
     missing = [k for k in expected if k not in tensors]
     misshaped = [k for k in expected if k in tensors and tensors[k].shape != expected[k].shape]
-    if missing or misshaped:
-        raise CheckpointError(f"{path} does not fit this ResNet: missing {missing[:5]}, mis-shaped {misshaped[:5]}")
+    unexpected = [k for k in tensors if k not in expected and not k.endswith("num_batches_tracked")]
+    if missing or misshaped or unexpected:
+        raise CheckpointError(f"{path} does not fit this ResNet: missing {missing[:5]}, mis-shaped {misshaped[:5]}, "
+                              f"unexpected {unexpected[:5]}")
     resnet.load_state_dict({k: tensors[k] for k in expected}, strict=False)
 
 

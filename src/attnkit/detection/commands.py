@@ -45,6 +45,7 @@ def train_detection(
     set_: list[str] = typer.Option([], "--set", help="Override a config value: --set model.num_queries=50 --set train.lr=2e-4."),
     eval_every_minutes: float = typer.Option(2.0, "--eval-every-minutes", help="Validate (COCO AP) this often."),
     shapes_images: int = typer.Option(1000, "--shapes-train-images", help="Training images of `shapes`."),
+    shapes_val_images: int = typer.Option(200, "--shapes-val-images", help="Validation images of `shapes`."),
     shapes_size: int = typer.Option(128, "--shapes-image-size", help="Image size of `shapes`."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in OUT where it stopped."),
     device: str = typer.Option(None, "--device", help="cpu or cuda (default: cuda when available)."),
@@ -55,7 +56,7 @@ def train_detection(
         from attnkit.training import Budget
 
         budget = Budget(steps=steps, epochs=epochs, minutes=minutes if (steps or epochs or minutes) else 10.0)
-        shapes = ShapesConfig(image_size=shapes_size, train_images=shapes_images)
+        shapes = ShapesConfig(image_size=shapes_size, train_images=shapes_images, val_images=shapes_val_images)
         assignments = list(set_) + ([f"model.arch={arch}"] if arch else []) + (["train.flip=false"] if no_flip else [])
         train(out, data, budget, preset, assignments, shapes, (images, annotations), (val_images, val_annotations),
               backbone_weights, eval_every_minutes, resume, _device(device))
