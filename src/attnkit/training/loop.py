@@ -296,10 +296,10 @@ class Trainer:
             if state.step % self.config.log_every_steps == 0:
                 self._log_training(progress, stream)
             if self._due(self.config.eval_every_steps, self.config.eval_every_minutes, self._last_eval_time):
-                self._evaluate(progress)
+                self._outside_window(self._evaluate, progress)
             if self._due(self.config.checkpoint_every_steps, self.config.checkpoint_every_minutes,
                          self._last_checkpoint_time):
-                self._checkpoint()
+                self._outside_window(self._checkpoint)
 
     def _finish(self, reason: str, stream: _BatchStream, progress: Progress) -> FitResult:
         state = self.state
@@ -415,6 +415,14 @@ class Trainer:
         progress.report(self.state.step, record["loss"], record.get("lr", math.nan), items / seconds,
                         self._eta(seconds / steps, stream))
         self.state.window, self._window_time = {}, now
+
+    def _outside_window(self, action: Any, *args: Any) -> None:
+        """Run `action` (validation, a checkpoint) without counting its time in the logged throughput."""
+        started = time.monotonic()
+        try:
+            action(*args)
+        finally:
+            self._window_time += time.monotonic() - started
 
     def _eta(self, seconds_per_step: float, stream: _BatchStream) -> float | None:
         budget, state = self.budget, self.state
