@@ -80,8 +80,8 @@ def draw_image(rng: random.Random, size: int, max_objects: int) -> tuple[Image.I
             label = rng.randrange(len(CLASSES))
             radius = rng.uniform(0.08, 0.22) * size
             cx, cy = rng.uniform(radius, size - radius), rng.uniform(radius, size - radius)
-            points = _outline(CLASSES[label], cx, cy, radius, rng.uniform(0, 2 * math.pi))
-            box = _bounds(CLASSES[label], cx, cy, radius, points, size)
+            points = shape_outline(CLASSES[label], cx, cy, radius, rng.uniform(0, 2 * math.pi))
+            box = shape_box(CLASSES[label], cx, cy, radius, points, size)
             if all(_iou(box, other) < 0.3 for _, other in objects):
                 break
         else:
@@ -113,7 +113,7 @@ def _background(rng: random.Random, size: int) -> Image.Image:
     return image
 
 
-def _outline(kind: str, cx: float, cy: float, radius: float, angle: float) -> list[tuple[float, float]]:
+def shape_outline(kind: str, cx: float, cy: float, radius: float, angle: float) -> list[tuple[float, float]]:
     """Vertices of the shape, rotated by ANGLE around (cx, cy)."""
     if kind == "circle":
         return []
@@ -126,7 +126,7 @@ def _outline(kind: str, cx: float, cy: float, radius: float, angle: float) -> li
     return points
 
 
-def _bounds(kind: str, cx: float, cy: float, radius: float, points: list, size: int) -> tuple:
+def shape_box(kind: str, cx: float, cy: float, radius: float, points: list, size: int) -> tuple:
     if kind == "circle":
         box = (cx - radius, cy - radius, cx + radius, cy + radius)
     else:
