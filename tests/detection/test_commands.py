@@ -1,0 +1,90 @@
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+from typer.testing import CliRunner
+
+import attnkit
+from attnkit.cli import load_commands
+
+runner = CliRunner()
+TINY = ["--preset", "tiny", "--shapes-train-images", "4", "--shapes-val-images", "2", "--shapes-image-size", "64",
+        "--eval-every-minutes", "10"]
+
+
+def invoke(*args: str):
+    return runner.invoke(load_commands(), [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> Path:
+    torch.manual_seed(0)
+    out = tmp_path_factory.mktemp("runs") / "run"
+    result = invoke("train", "detection", "--data", "shapes", "--out", out, "--steps", "2", *TINY)
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_train_writes_a_run_folder(tiny_run):
+    config = json.loads((tiny_run / "config.json").read_text())
+    assert config["kind"] == "detection" and config["model"]["num_classes"] == 5
+    assert config["class_names"][0] == "circle"
+    assert (tiny_run / "weights" / "last.safetensors").is_file() and (tiny_run / "curves.png").is_file()
+    records = [json.loads(line) for line in (tiny_run / "metrics.jsonl").read_text().splitlines()]
+    assert any(r["split"] == "valid" and "AP" in r for r in records)
+    assert any(r["split"] == "train" and "loss_giou" in r for r in records)
+
+
+def test_resume_continues_the_run(tiny_run, tmp_path):
+    result = invoke("train", "detection", "--data", "shapes", "--out", tiny_run, "--steps", "3", "--resume", *TINY)
+    assert result.exit_code == 0, result.output
+    assert "at step 3" in result.output
+
+
+def test_eval_prints_one_json_object(tiny_run):
+    result = runner.invoke(load_commands(), ["eval", "detection", str(tiny_run), "--json"])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads(result.stdout.strip().splitlines()[-1])
+    assert set(metrics) == {"AP", "AP50", "AP75", "APs", "APm", "APl", "images", "seconds"}
+    assert metrics["images"] == 2
+
+
+def test_detect_draws_and_writes_coco_results(tiny_run, tmp_path):
+    image = tiny_run / "data" / "shapes" / "val" / "000000.png"
+    result = invoke("detect", tiny_run, image, "--out", tmp_path / "out", "--threshold", "0", "--json")
+    assert result.exit_code == 0, result.output
+    assert Image.open(tmp_path / "out" / "000000.png").size == (64, 64)
+    detections = json.loads((tmp_path / "out" / "detections.json").read_text())
+    assert len(detections) == 10 and {"image_id", "category_id", "bbox", "score"} <= detections[0].keys()
+
+
+def test_detector_api_takes_paths_pil_images_and_tensors(tiny_run):
+    detector = attnkit.Detector.from_run(tiny_run, device="cpu")
+    path = tiny_run / "data" / "shapes" / "val" / "000000.png"
+    pil = Image.open(path).convert("RGB")
+    tensor = torch.from_numpy(__import__("numpy").array(pil)).permute(2, 0, 1)
+    by_path, by_pil, by_tensor = detector.predict([path, pil, tensor], threshold=0.0)
+    torch.testing.assert_close(by_path.boxes, by_pil.boxes)
+    torch.testing.assert_close(by_path.scores, by_tensor.scores)
+    assert len(by_path) == 10 and len(by_path.names) == 10 and by_path.boxes.shape == (10, 4)
+    assert by_path.names[0] in detector.class_names
+
+
+def test_data_shapes_command(tmp_path):
+    result = invoke("data", "shapes", "--out", tmp_path, "--train-images", "2", "--val-images", "1", "--image-size", "32")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "annotations" / "instances_train.json").is_file() and (tmp_path / "val" / "000000.png").is_file()
+
+
+def test_bad_input_is_one_error_line(tiny_run, tmp_path, coco_writer):
+    result = invoke("eval", "detection", tmp_path)
+    assert result.exit_code == 2 and "error:" in result.output and "Traceback" not in result.output
+    result = invoke("train", "detection", "--data", tmp_path / "missing", "--out", tmp_path / "r", *TINY)
+    assert result.exit_code == 2 and "missing: not a folder" in result.output
+    images = [{"id": 1, "file_name": "a.png", "width": 64, "height": 64}]
+    annotations = [{"id": 1, "image_id": 1, "category_id": 9, "bbox": [1, 1, 5, 5]}]
+    folder, path = coco_writer(tmp_path / "bad", images, annotations, [{"id": 1, "name": "x"}], draw=False)
+    result = invoke("eval", "detection", tiny_run, "--images", folder, "--annotations", path)
+    assert result.exit_code == 2 and "category_id 9" in result.output and "instances_train.json" in result.output
