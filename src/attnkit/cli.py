@@ -21,6 +21,7 @@ app.add_typer(data_app, name="data")
 
 COMMAND_MODULES = [
     "attnkit.demo",
+    "attnkit.translation.commands",
     "attnkit.detection.commands",
 ]
 

@@ -99,13 +99,13 @@ def padding_fraction(batches: Sequence[Sequence[int]], lengths: Sequence[tuple[i
 
 def collate(examples: Sequence[Example]) -> Batch:
     """Pad one batch of examples into tensors."""
-    source = _pad([e.source for e in examples])
-    target_input = _pad([[BOS_ID] + e.target for e in examples])
-    target_output = _pad([e.target + [EOS_ID] for e in examples])
+    source = pad_ids([e.source for e in examples])
+    target_input = pad_ids([[BOS_ID] + e.target for e in examples])
+    target_output = pad_ids([e.target + [EOS_ID] for e in examples])
     return Batch(source, target_input, target_output)
 
 
-def _pad(sequences: Sequence[Sequence[int]]) -> Tensor:
+def pad_ids(sequences: Sequence[Sequence[int]]) -> Tensor:
     out = torch.full((len(sequences), max(len(s) for s in sequences)), PAD_ID, dtype=torch.long)
     for row, sequence in enumerate(sequences):
         out[row, :len(sequence)] = torch.as_tensor(sequence, dtype=torch.long)

@@ -222,3 +222,42 @@ def _drop_long(corpus: Corpus, max_chars: int) -> Corpus:
     corpus.report.pairs = len(kept)
     return Corpus(kept, corpus.report, corpus.source_lang, corpus.target_lang)
 
+
+
+def load_splits(data: str | Path | None = None, files: dict[str, Path | None] | None = None,
+                source_lang: str | None = None, target_lang: str | None = None,
+                needed: tuple[str, ...] = ("train", "valid"), max_chars: int = 1000) -> dict[str, Corpus]:
+    """The corpus splits named by DATA and/or explicit files.
+
+    DATA is a built-in name (`numbers`, `numbers:de`), a folder holding `train.*`, `valid.*` and
+    optionally `test.*` in any supported format, or one file (taken as the first needed split).
+    `files` ({"train": path, ...}) override what DATA gives. DataError if a needed split is missing.
+    """
+    from attnkit.translation.numbers import numbers_splits, parse_name
+
+    splits: dict[str, Corpus] = {}
+    spec = parse_name(str(data)) if data is not None else None
+    if spec is not None:
+        splits.update(numbers_splits(spec))
+    elif data is not None:
+        path = Path(data)
+        if path.is_dir():
+            for split in ("train", "valid", "test"):
+                found = find_split(path, split)
+                if found is not None:
+                    splits[split] = read_corpus(found, source_lang, target_lang, max_chars)
+        elif path.is_file() or any(path.parent.glob(f"{path.name}.*")):
+            splits[needed[0]] = read_corpus(path, source_lang, target_lang, max_chars)
+        else:
+            raise DataError(f"{path}: no such file or folder, and not a built-in dataset (try numbers:de)")
+    for split, path in (files or {}).items():
+        if path is not None:
+            splits[split] = read_corpus(path, source_lang, target_lang, max_chars)
+    missing = [split for split in needed if split not in splits]
+    if missing:
+        where = f" in {data}" if data is not None else ""
+        raise DataError(f"no {' or '.join(missing)} split{where}: expected {', '.join(f'{m}.tsv, {m}.jsonl or {m}.SRC + {m}.TGT' for m in missing)}")
+    for split, corpus in splits.items():
+        if not corpus.pairs:
+            raise DataError(f"{corpus.report.source}: the {split} split has no usable sentence pairs")
+    return splits

@@ -110,7 +110,7 @@ def beam_search(model: EncoderDecoder, source: Tensor, beam_size: int = 4, alpha
 
 def _advance(top_scores: Tensor, top_indices: Tensor, vocab: int, beam_size: int, prefix: Tensor,
              ended: list[list[Hypothesis]], done: list[bool], step: int, alpha: float) -> tuple[Tensor, Tensor]:
-    """Move candidates ending in </s> to `ended`; keep the best `beam_size` others live.
+    """Move the top candidates that end in </s> to `ended`; keep the best `beam_size` others live.
 
     Returns the kept candidates' flat indices (batch, beam) and their scores (batch, beam).
     """
@@ -118,11 +118,11 @@ def _advance(top_scores: Tensor, top_indices: Tensor, vocab: int, beam_size: int
     kept_scores = torch.full_like(keep, float("-inf"), dtype=top_scores.dtype)
     for b, (row_scores, row_indices) in enumerate(zip(top_scores.tolist(), top_indices.tolist())):
         slot = 0
-        for score, index in zip(row_scores, row_indices):
+        for rank, (score, index) in enumerate(zip(row_scores, row_indices)):
             if slot == beam_size or score == float("-inf"):
                 break
-            if index % vocab == EOS_ID:
-                if not done[b] and len(ended[b]) < beam_size:
+            if index % vocab == EOS_ID:  # ends only if among the best `beam_size` candidates (as fairseq)
+                if rank < beam_size and not done[b] and len(ended[b]) < beam_size:
                     tokens = prefix[b * beam_size + index // vocab, 1:].tolist()
                     ended[b].append(Hypothesis(tokens, score / length_penalty(step + 1, alpha)))
                 continue

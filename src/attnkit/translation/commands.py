@@ -1,0 +1,202 @@
+"""Command line: `attnkit train translation`, `attnkit eval translation`, `attnkit translate`, `attnkit data numbers`."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+import typer
+
+from attnkit.cli import app, data_app, eval_app, train_app
+from attnkit.errors import ConfigError, user_errors
+
+DATA_HELP = "Built-in dataset (numbers:de) or a folder with train.*, valid.* (and test.*): .tsv, .jsonl or SRC/TGT files."
+
+
+@train_app.command("translation")
+def train_translation(
+    data: str = typer.Option(None, "--data", help=DATA_HELP),
+    out: Path = typer.Option(..., "--out", help="Run folder to write (config, tokenizer, weights, metrics)."),
+    train: Path = typer.Option(None, "--train", help="Training split file (instead of, or over, --data)."),
+    valid: Path = typer.Option(None, "--valid", help="Validation split file."),
+    test: Path = typer.Option(None, "--test", help="Test split file, scored at the end."),
+    preset: str = typer.Option(None, "--preset", help="tiny, small or base (default: tiny on a CPU, base on a GPU)."),
+    source_lang: str = typer.Option(None, "--source-lang", help="Source language code (JSON lines, aligned files)."),
+    target_lang: str = typer.Option(None, "--target-lang", help="Target language code."),
+    minutes: float = typer.Option(None, "--minutes", help="Time budget."),
+    steps: int = typer.Option(None, "--steps", help="Optimizer-step budget."),
+    epochs: int = typer.Option(None, "--epochs", help="Epoch budget."),
+    set_: list[str] = typer.Option([], "--set", help="Override any config value: --set model.d_model=256 --set warmup_steps=1000."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the run in OUT where it stopped."),
+    device: str = typer.Option(None, "--device", help="cpu or cuda (default: cuda when available)."),
+) -> None:
+    """Train a Transformer translation model; writes the run folder OUT."""
+    with user_errors():
+        from attnkit.training import Budget, LoopConfig, RunFolder, Trainer
+        from attnkit.translation.data import load_splits
+        from attnkit.translation.task import TranslationTask, prepare
+
+        device = _device(device)
+        config = _resolve_config(out, preset, set_, source_lang, target_lang, resume, device)
+        budget = Budget(steps=steps, epochs=epochs, minutes=minutes if (steps or epochs or minutes) else 10.0)
+        splits = load_splits(data, {"train": train, "valid": valid, "test": test}, config.source_lang,
+                             config.target_lang)
+        for corpus in splits.values():
+            print(f"data: {corpus.report.summary()}")
+        prepared = prepare(config, splits, tokenizer_folder=out if resume else None)
+        config = prepared.config
+        run = RunFolder.create(out, "translation", config.to_dict(), resume=resume)
+        if not resume:
+            prepared.tokenizer.save(run.path)
+        _describe(prepared, device)
+        task = TranslationTask(config, prepared.tokenizer, prepared.train, splits["valid"], device)
+        amp = config.amp if config.amp != "auto" else ("bf16" if device.type == "cuda" else "off")
+        loop = LoopConfig(eval_every_minutes=config.eval_every_minutes, checkpoint_every_minutes=config.eval_every_minutes,
+                          grad_clip=config.grad_clip, accumulate=config.accumulate, amp=amp,
+                          average_last=config.average_last)
+        Trainer(task, run, budget, loop).fit(resume=resume)
+        if "test" in splits:
+            _report_test(run.path, splits["test"], config.beam_size)
+        print(f"run folder: {run.path}")
+
+
+@eval_app.command("translation")
+def eval_translation(
+    run: Path = typer.Argument(..., help="A translation run folder."),
+    data: str = typer.Option(..., "--data", help="Test data: numbers:de, a folder (its test.*), or a file."),
+    beam_size: int = typer.Option(None, "--beam-size", help="Beam size (default: the run's, 4); 1 is greedy."),
+    weights: str = typer.Option("best", "--weights", help="best, last or average."),
+    source_lang: str = typer.Option(None, "--source-lang"),
+    target_lang: str = typer.Option(None, "--target-lang"),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Score RUN on a test set: BLEU and chrF (sacreBLEU), exact match."""
+    with user_errors():
+        from attnkit.translation.data import load_splits
+        from attnkit.translation.translator import Translator
+
+        translator = Translator.from_run(run, weights=weights)
+        test = load_splits(data, None, source_lang or translator.config.source_lang,
+                           target_lang or translator.config.target_lang, needed=("test",))["test"]
+        result = _score(translator, test, beam_size)
+        if as_json:
+            print(json.dumps(result))
+        else:
+            print(f"{test.report.summary()}: BLEU {result['bleu']:.2f}, chrF {result['chrf']:.2f}, "
+                  f"exact match {result['exact_match']:.1f}% ({result['seconds']:.1f} s)")
+            print(f"sacreBLEU: {result['bleu_signature']} | {result['chrf_signature']}")
+
+
+@app.command("translate")
+def translate(
+    run: Path = typer.Argument(..., help="A translation run folder."),
+    text: list[str] = typer.Argument(None, help="Sentences to translate (default: stdin, one per line)."),
+    beam_size: int = typer.Option(None, "--beam-size", help="Beam size (default: the run's, 4); 1 is greedy."),
+    weights: str = typer.Option("best", "--weights", help="best, last or average."),
+) -> None:
+    """Translate TEXT (or stdin, one sentence per line); print one translation per line."""
+    with user_errors():
+        from attnkit.translation.translator import Translator
+
+        translator = Translator.from_run(run, weights=weights)
+        if text:
+            for line in translator.translate(text, beam_size=beam_size):
+                print(line)
+            return
+        for line in sys.stdin:  # line by line, so it works in a pipe as the input arrives
+            print(translator.translate([line.strip()], beam_size=beam_size)[0] if line.strip() else "", flush=True)
+
+
+@data_app.command("numbers")
+def data_numbers(
+    out: Path = typer.Option(..., "--out", help="Folder for train.tsv, valid.tsv, test.tsv."),
+    lang: str = typer.Option("de", "--lang", help="Target language (any num2words language: de, fr, es, ...)."),
+    max_number: int = typer.Option(9999, "--max-number", help="Numbers 1..N are split into train/valid/test."),
+) -> None:
+    """Write the built-in numbers corpus: English number words -> LANG number words, disjoint splits."""
+    with user_errors():
+        from attnkit.translation.numbers import NumbersSpec, numbers_splits, write_numbers
+
+        spec = NumbersSpec(language=lang, max_number=max_number)
+        paths = write_numbers(out, spec)
+        splits = numbers_splits(spec)
+        for split, path in paths.items():
+            print(f"{path}: {len(splits[split])} pairs")
+
+
+def _device(name: str | None) -> torch.device:
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"--device {name}: no CUDA device here")
+    try:
+        return torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"--device: unknown device '{name}' (cpu or cuda)") from None
+
+
+def _resolve_config(out: Path, preset_name: str | None, assignments: list[str], source_lang: str | None,
+                    target_lang: str | None, resume: bool, device: torch.device):
+    from attnkit.translation.config import TranslationConfig, default_preset_name, override, preset
+
+    if resume and (out / "config.json").is_file():
+        from attnkit.training import RunFolder
+
+        config = TranslationConfig.from_dict(RunFolder.open(out, "translation").config)
+        print(f"preset: {config.preset} (from {out / 'config.json'})")
+        return config
+    if preset_name is None:
+        preset_name = default_preset_name(device.type == "cuda")
+        print(f"preset: {preset_name} (the default on this machine, {device.type}; choose with --preset)")
+    else:
+        print(f"preset: {preset_name}")
+    languages = [f"source_lang={json.dumps(source_lang)}"] if source_lang else []
+    languages += [f"target_lang={json.dumps(target_lang)}"] if target_lang else []
+    config = override(preset(preset_name), languages + list(assignments))
+    if assignments:
+        print(f"overrides: {', '.join(assignments)}")
+    return config
+
+
+def _describe(prepared, device: torch.device) -> None:
+    config, tokenizer = prepared.config, prepared.tokenizer
+    vocab = (f"joint vocabulary {tokenizer.source_vocab_size}" if tokenizer.joint else
+             f"vocabularies {tokenizer.source_vocab_size} (source) + {tokenizer.target_vocab_size} (target)")
+    m = config.model
+    parameters = _parameter_count(config)
+    print(f"model: d_model {m.d_model}, {m.num_heads} heads, {m.num_encoder_layers}+{m.num_decoder_layers} layers, "
+          f"d_ff {m.d_ff}, {m.positional_encoding} positions, {parameters / 1e6:.2f}M parameters; {vocab}; {device}")
+    skipped = f", {prepared.skipped_long} pairs over {config.max_length} tokens skipped" if prepared.skipped_long else ""
+    print(f"batches: about {config.max_tokens} tokens each, padding {100 * prepared.padding:.1f}%{skipped}")
+
+
+def _parameter_count(config) -> int:
+    from attnkit.translation.model import Seq2SeqTransformer
+
+    with torch.device("meta"):
+        return sum(p.numel() for p in Seq2SeqTransformer(config.model).parameters())
+
+
+def _score(translator, corpus, beam_size: int | None) -> dict:
+    from attnkit.translation.evaluate import score
+
+    started = time.perf_counter()
+    hypotheses = translator.translate([p.source for p in corpus.pairs], beam_size=beam_size)
+    seconds = time.perf_counter() - started
+    return {**score(hypotheses, [p.target for p in corpus.pairs]).as_dict(), "seconds": round(seconds, 3)}
+
+
+def _report_test(run: Path, test, beam_size: int) -> None:
+    from attnkit.translation.translator import Translator
+
+    translator = Translator.from_run(run, weights="best")
+    result = _score(translator, test, beam_size)
+    print(f"test ({len(test)} sentences, beam {beam_size}, best weights): BLEU {result['bleu']:.2f}, "
+          f"chrF {result['chrf']:.2f}, exact match {result['exact_match']:.1f}%")
+    for pair, hypothesis in zip(test.pairs[:3], translator.translate([p.source for p in test.pairs[:3]])):
+        print(f"  {pair.source} -> {hypothesis}  (reference: {pair.target})")
+
+

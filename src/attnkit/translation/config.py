@@ -1,0 +1,139 @@
+"""The translation run's configuration: model size, vocabulary, batching and the training recipe.
+
+One frozen dataclass, validated once, saved as the run folder's config.json and reloaded from it.
+Presets give whole recipes; any field can then be overridden (`--set model.d_model=256`).
+
+  tiny  trains on 2 CPU cores in minutes
+  small a few hours on a CPU, minutes on a GPU
+  base  the paper's base model (Vaswani et al. 2017, Table 3): d_model 512, 8 heads, 6+6 layers,
+        d_ff 2048, dropout 0.1, warm-up 4000, ~25000 tokens a batch (section 5.1)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from attnkit.errors import ConfigError
+from attnkit.translation.model import Seq2SeqConfig
+
+PRESET_NAMES = ("tiny", "small", "base")
+
+
+@dataclass(frozen=True)
+class TranslationConfig:
+    """Everything a translation run needs besides its data; saved as config.json."""
+
+    preset: str = "base"
+    model: Seq2SeqConfig = field(default_factory=Seq2SeqConfig)
+    vocab_size: int = 8000          # BPE tokens per vocabulary (the paper: 37000 shared for WMT en-de)
+    joint_vocab: bool = True        # one vocabulary for both sides, all embeddings shared
+    max_length: int = 256           # longer pairs (in tokens) are skipped and counted
+    max_tokens: int = 25000         # padded tokens per batch per side (section 5.1)
+    label_smoothing: float = 0.1    # section 5.4
+    warmup_steps: int = 4000        # section 5.3
+    lr_scale: float = 1.0           # multiplies Eq. 3's curve
+    adam_betas: tuple[float, float] = (0.9, 0.98)
+    adam_eps: float = 1e-9
+    grad_clip: float | None = 1.0
+    accumulate: int = 1
+    amp: Literal["auto", "off", "bf16", "fp16"] = "auto"  # auto: bf16 on CUDA, off on CPU
+    eval_every_minutes: float = 1.0
+    eval_sentences: int = 500       # validation sentences translated (greedy) for BLEU at each evaluation
+    average_last: int = 5           # checkpoints averaged into weights/average (section 6.1)
+    beam_size: int = 4              # section 6.1: beam 4, alpha 0.6
+    length_penalty: float = 0.6
+    seed: int = 0
+    source_lang: str | None = None
+    target_lang: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.vocab_size < 16:
+            raise ConfigError(f"vocab_size must be at least 16, got {self.vocab_size}")
+        if self.joint_vocab is False and self.model.share_embeddings:
+            raise ConfigError("model.share_embeddings needs joint_vocab (one vocabulary for both sides)")
+        for name in ("max_length", "max_tokens", "warmup_steps", "accumulate", "eval_sentences", "beam_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.max_tokens < self.max_length:
+            raise ConfigError(f"max_tokens ({self.max_tokens}) must be at least max_length ({self.max_length}) "
+                              f"so that the longest pair fits in a batch")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ConfigError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        if self.amp not in ("auto", "off", "bf16", "fp16"):
+            raise ConfigError(f"amp must be auto, off, bf16 or fp16, got '{self.amp}'")
+        if self.lr_scale <= 0 or self.eval_every_minutes <= 0:
+            raise ConfigError("lr_scale and eval_every_minutes must be positive")
+
+    def to_dict(self) -> dict[str, Any]:
+        return json.loads(json.dumps(asdict(self)))
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TranslationConfig:
+        """The inverse of `to_dict`; ConfigError naming any unknown key."""
+        values = dict(values)
+        model = values.pop("model", {})
+        _check_keys(values, cls, "")
+        _check_keys(model, Seq2SeqConfig, "model.")
+        if "adam_betas" in values:
+            values["adam_betas"] = tuple(values["adam_betas"])
+        return cls(**values, model=Seq2SeqConfig(**model))
+
+
+def preset(name: str) -> TranslationConfig:
+    """The named recipe; ConfigError listing the known ones."""
+    if name == "tiny":
+        model = Seq2SeqConfig(d_model=128, num_heads=4, num_encoder_layers=2, num_decoder_layers=2, d_ff=512,
+                              dropout=0.1)
+        return TranslationConfig(preset="tiny", model=model, vocab_size=2000, max_tokens=3000, warmup_steps=400,
+                                 lr_scale=1.0, eval_every_minutes=1.0, average_last=3)
+    if name == "small":
+        model = Seq2SeqConfig(d_model=256, num_heads=4, num_encoder_layers=3, num_decoder_layers=3, d_ff=1024,
+                              dropout=0.1)
+        return TranslationConfig(preset="small", model=model, vocab_size=8000, max_tokens=8000, warmup_steps=2000,
+                                 eval_every_minutes=5.0)
+    if name == "base":
+        return TranslationConfig(preset="base", vocab_size=32000, eval_every_minutes=10.0)
+    raise ConfigError(f"unknown preset '{name}' (known: {', '.join(PRESET_NAMES)})")
+
+
+def default_preset_name(cuda: bool) -> str:
+    """What a user of this machine wants without --preset: the paper's base model on a GPU, tiny on a CPU."""
+    return "base" if cuda else "tiny"
+
+
+def override(config: TranslationConfig, assignments: list[str]) -> TranslationConfig:
+    """Apply `key=value` strings (`model.d_model=256`, `grad_clip=none`); values are parsed as JSON when they can be."""
+    values = config.to_dict()
+    for assignment in assignments:
+        key, sep, raw = assignment.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"expected KEY=VALUE, got '{assignment}'")
+        target, name = (values["model"], key[len("model."):]) if key.startswith("model.") else (values, key)
+        if name not in target or name == "model":
+            raise ConfigError(f"unknown config key '{key}' (known: {', '.join(_all_keys(values))})")
+        target[name] = _parse(raw)
+    return TranslationConfig.from_dict(values)
+
+
+def _parse(raw: str) -> Any:
+    if raw.lower() in ("none", "null"):
+        return None
+    try:
+        return json.loads(raw.lower() if raw.lower() in ("true", "false") else raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+def _all_keys(values: dict[str, Any]) -> list[str]:
+    return [k for k in values if k != "model"] + [f"model.{k}" for k in values["model"]]
+
+
+def _check_keys(values: dict[str, Any], cls: type, prefix: str) -> None:
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(f"unknown config key{'s' if len(unknown) > 1 else ''} "
+                          f"{', '.join(prefix + k for k in unknown)}")

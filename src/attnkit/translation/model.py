@@ -1,0 +1,143 @@
+"""The sequence-to-sequence Transformer of "Attention Is All You Need" (Vaswani et al. 2017, Figure 1).
+
+    source ids -> Embedding * sqrt(d_model) + PE -> Encoder  -> memory
+    target ids -> Embedding * sqrt(d_model) + PE -> Decoder(memory) -> Linear -> softmax
+
+"We share the same weight matrix between the two embedding layers and the pre-softmax linear
+transformation ... In the embedding layers, we multiply those weights by sqrt(d_model)"
+(section 3.4). The output projection is always tied to the target embedding; with a joint
+vocabulary the source embedding is the same matrix too. Positions are sinusoidal (section 3.5),
+learned, or rotary (applied inside self-attention instead of added).
+
+The model implements the decoding protocol of `attnkit.translation.decoding` (encode,
+start_cache, decode_step), so greedy and beam search use its key/value cache.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.errors import ConfigError
+from attnkit.nn import (DecoderCache, LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding,
+                        Transformer)
+from attnkit.translation.tokenizer import PAD_ID
+
+PositionalEncoding = Literal["sinusoidal", "learned", "rotary"]
+
+
+@dataclass(frozen=True)
+class Seq2SeqConfig:
+    """Model size; the defaults are the paper's base model (Table 3). Vocabulary sizes come from the tokenizer."""
+
+    d_model: int = 512
+    num_heads: int = 8
+    num_encoder_layers: int = 6
+    num_decoder_layers: int = 6
+    d_ff: int = 2048
+    dropout: float = 0.1
+    norm_first: bool = False  # the paper is post-norm: LayerNorm(x + Sublayer(x))
+    positional_encoding: PositionalEncoding = "sinusoidal"
+    max_positions: int = 1024  # the learned table's size
+    share_embeddings: bool = True  # source embedding = target embedding (needs a joint vocabulary)
+    source_vocab_size: int = 0
+    target_vocab_size: int = 0
+
+    def __post_init__(self) -> None:
+        if self.d_model <= 0 or self.num_heads <= 0 or self.d_model % self.num_heads:
+            raise ConfigError(f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})")
+        if self.positional_encoding == "rotary" and (self.d_model // self.num_heads) % 2:
+            raise ConfigError(f"rotary positions need an even head size, got {self.d_model // self.num_heads}")
+        if min(self.num_encoder_layers, self.num_decoder_layers, self.d_ff) < 1:
+            raise ConfigError("num_encoder_layers, num_decoder_layers and d_ff must be at least 1")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.positional_encoding not in ("sinusoidal", "learned", "rotary"):
+            raise ConfigError(f"positional_encoding must be sinusoidal, learned or rotary, "
+                              f"got '{self.positional_encoding}'")
+        if self.share_embeddings and self.source_vocab_size != self.target_vocab_size:
+            raise ConfigError("share_embeddings needs one joint vocabulary (source and target sizes differ)")
+
+
+@dataclass
+class EncodedSource:
+    """The encoder's output for a batch, and where its padding is."""
+
+    memory: Tensor        # (batch, source_length, d_model)
+    padding_mask: Tensor  # (batch, source_length), True at padding
+
+    def select(self, rows: Tensor) -> EncodedSource:
+        return EncodedSource(self.memory.index_select(0, rows), self.padding_mask.index_select(0, rows))
+
+
+class Seq2SeqTransformer(nn.Module):
+    """Embeddings * sqrt(d_model) + positions, the encoder-decoder, and the tied output projection."""
+
+    def __init__(self, config: Seq2SeqConfig) -> None:
+        super().__init__()
+        if config.source_vocab_size < 5 or config.target_vocab_size < 5:
+            raise ConfigError("the vocabulary sizes must be set (from the tokenizer) before building the model")
+        self.config, d = config, config.d_model
+        self.target_embedding = _embedding(config.target_vocab_size, d)
+        self.source_embedding = self.target_embedding if config.share_embeddings else _embedding(config.source_vocab_size, d)
+        self.positions = _positions(config)
+        rotary = RotaryEmbedding(d // config.num_heads) if config.positional_encoding == "rotary" else None
+        self.transformer = Transformer(d, config.num_heads, config.num_encoder_layers, config.num_decoder_layers,
+                                       config.d_ff, config.dropout, batch_first=True, norm_first=config.norm_first,
+                                       rotary=rotary)
+        self.embedding_dropout = nn.Dropout(config.dropout)  # "dropout to the sums of the embeddings and the PE"
+
+    def forward(self, source: Tensor, target_input: Tensor) -> Tensor:
+        """source: (batch, source_length), target_input: (batch, target_length) ids -> logits (batch, target_length, vocab)."""
+        encoded = self.encode(source, source == PAD_ID)
+        return self._project(self._decode(target_input, encoded, None, offset=0))
+
+    def encode(self, source: Tensor, source_padding_mask: Tensor) -> EncodedSource:
+        x = self._embed(self.source_embedding, source, offset=0)  # (batch, source_length, d_model)
+        memory = self.transformer.encode(x, src_key_padding_mask=source_padding_mask)
+        return EncodedSource(memory, source_padding_mask)
+
+    def start_cache(self, encoded: EncodedSource) -> DecoderCache:
+        return self.transformer.decoder.new_cache()
+
+    def decode_step(self, prefix: Tensor, encoded: EncodedSource, cache: DecoderCache | None) -> Tensor:
+        """Next-token logits (batch, vocab). With a cache only prefix's last token is run."""
+        if cache is not None:
+            hidden = self._decode(prefix[:, cache.length:], encoded, cache, offset=cache.length)
+        else:
+            hidden = self._decode(prefix, encoded, None, offset=0)
+        return self._project(hidden[:, -1])
+
+    def _decode(self, target: Tensor, encoded: EncodedSource, cache: DecoderCache | None, offset: int) -> Tensor:
+        y = self._embed(self.target_embedding, target, offset)  # (batch, target_length, d_model)
+        return self.transformer.decode(y, encoded.memory, memory_key_padding_mask=encoded.padding_mask,
+                                       tgt_is_causal=True, cache=cache)  # (batch, target_length, d_model)
+
+    def _embed(self, embedding: nn.Embedding, ids: Tensor, offset: int) -> Tensor:
+        x = embedding(ids) * math.sqrt(self.config.d_model)  # (batch, length, d_model)
+        if self.positions is not None:
+            x = x + self.positions(x, offset)
+        return self.embedding_dropout(x)
+
+    def _project(self, hidden: Tensor) -> Tensor:
+        return hidden @ self.target_embedding.weight.t()  # (..., vocab): the pre-softmax matrix is the embedding
+
+
+def _embedding(vocab_size: int, d_model: int) -> nn.Embedding:
+    embedding = nn.Embedding(vocab_size, d_model, padding_idx=PAD_ID)
+    nn.init.normal_(embedding.weight, std=d_model ** -0.5)  # times sqrt(d_model): unit scale, like the PE
+    with torch.no_grad():
+        embedding.weight[PAD_ID].zero_()
+    return embedding
+
+
+def _positions(config: Seq2SeqConfig) -> nn.Module | None:
+    if config.positional_encoding == "sinusoidal":
+        return SinusoidalPositionalEncoding(config.d_model)
+    if config.positional_encoding == "learned":
+        return LearnedPositionalEmbedding(config.max_positions, config.d_model)
+    return None  # rotary: applied to queries and keys inside self-attention

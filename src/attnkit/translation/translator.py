@@ -1,0 +1,87 @@
+"""Using a trained model: `Translator.from_run(RUN).translate(["seventy-one"], beam_size=4)`.
+
+`translate_texts` batches sentences by length (like training, so little padding), decodes each
+batch with beam search (or greedy for beam size 1, the same result, faster) and puts the
+translations back in the input order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from attnkit.errors import CheckpointError
+from attnkit.translation.batching import pad_ids, token_batches
+from attnkit.translation.config import TranslationConfig
+from attnkit.translation.decoding import beam_search, greedy_decode
+from attnkit.translation.model import Seq2SeqTransformer
+from attnkit.translation.tokenizer import EOS_ID, SubwordTokenizer
+
+RUN_KIND = "translation"
+WEIGHT_CHOICES = ("best", "last", "average")
+
+
+@torch.no_grad()
+def translate_texts(model: Seq2SeqTransformer, tokenizer: SubwordTokenizer, texts: Sequence[str], beam_size: int = 4,
+                    alpha: float = 0.6, max_tokens: int = 4000, max_length: int = 256) -> list[str]:
+    """Translate `texts` in length-sorted batches of about `max_tokens` source tokens; input order kept."""
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    sources = [ids[:max_length - 1] + [EOS_ID] for ids in tokenizer.encode_source(texts)]
+    outputs: list[list[int]] = [[] for _ in sources]
+    budget = max(max_tokens // max(beam_size, 1), max_length)
+    for batch in token_batches([(len(s), len(s)) for s in sources], budget, shuffle=False):
+        source = pad_ids([sources[i] for i in batch]).to(device)  # (batch, source_length)
+        if beam_size == 1:
+            decoded = greedy_decode(model, source)
+        else:
+            decoded = [h.tokens for h in beam_search(model, source, beam_size=beam_size, alpha=alpha)]
+        for index, tokens in zip(batch, decoded):
+            outputs[index] = tokens
+    model.train(was_training)
+    return tokenizer.decode_target(outputs)
+
+
+class Translator:
+    """A trained translation model and its tokenizer, loaded from a run folder."""
+
+    def __init__(self, model: Seq2SeqTransformer, tokenizer: SubwordTokenizer, config: TranslationConfig) -> None:
+        self.model, self.tokenizer, self.config = model.eval(), tokenizer, config
+
+    @classmethod
+    def from_run(cls, run: Path | str, weights: str = "best", device: str | torch.device | None = None) -> Translator:
+        """Load RUN's config.json, tokenizer and weights ("best", "last" or "average")."""
+        from attnkit.training import RunFolder, load_weights
+
+        folder = RunFolder.open(Path(run), RUN_KIND)
+        config = TranslationConfig.from_dict(folder.config)
+        tokenizer = SubwordTokenizer.load(folder.path)
+        model = Seq2SeqTransformer(config.model)
+        path = _weights_path(folder, weights)
+        load_weights(path, model)
+        device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return cls(model.to(device), tokenizer, config)
+
+    def translate(self, texts: Sequence[str], beam_size: int | None = None, alpha: float | None = None) -> list[str]:
+        """One translation per input sentence (beam search; beam_size=1 is greedy)."""
+        if isinstance(texts, str):
+            texts = [texts]
+        beam_size = self.config.beam_size if beam_size is None else beam_size
+        alpha = self.config.length_penalty if alpha is None else alpha
+        return translate_texts(self.model, self.tokenizer, list(texts), beam_size, alpha,
+                               max_length=self.config.max_length)
+
+
+def _weights_path(folder, weights: str) -> Path:
+    paths = {"best": folder.best_weights, "last": folder.last_weights, "average": folder.average_weights}
+    if weights not in paths:
+        raise CheckpointError(f"unknown weights '{weights}' (choose from {', '.join(WEIGHT_CHOICES)})")
+    path = paths[weights]
+    if weights == "best" and not path.is_file():
+        path = folder.last_weights
+    if not path.is_file():
+        raise CheckpointError(f"{folder.path} has no {path.relative_to(folder.path)}; has it trained yet?")
+    return path
