@@ -161,6 +161,10 @@ def test_bf16_autocast_trains_on_cpu_and_fp16_needs_cuda(tmp_path):
         with pytest.raises(ConfigError, match="fp16"):
             Trainer(task, RunFolder.create(tmp_path / "fp16", "toy", {}), Budget(steps=1),
                     LoopConfig(amp="fp16"), progress=False)
+    with pytest.raises(ConfigError, match="amp must be"):
+        LoopConfig(amp="fp8")
+    with pytest.raises(TypeError, match="Linear is not a TrainingTask: it has no model, optimizer, scheduler, batches"):
+        Trainer(torch.nn.Linear(1, 1), RunFolder.create(tmp_path / "x", "toy", {}), Budget(steps=1))
 
 
 def test_resume_warns_about_a_changed_config_and_keeps_the_saved_one(tmp_path, capsys):

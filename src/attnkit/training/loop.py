@@ -232,6 +232,10 @@ class Trainer:
 
     def __init__(self, task: TrainingTask, run: RunFolder, budget: Budget, config: LoopConfig = LoopConfig(),
                  progress: bool = True) -> None:
+        missing = [name for name in ("model", "optimizer", "scheduler", "batches", "train_step", "evaluate")
+                   if not hasattr(task, name)]
+        if missing:
+            raise TypeError(f"{type(task).__name__} is not a TrainingTask: it has no {', '.join(missing)}")
         self.task, self.run, self.budget, self.config, self.show_progress = task, run, budget, config, progress
         parameter = next(task.model.parameters(), None)
         self.device = parameter.device if parameter is not None else torch.device("cpu")
