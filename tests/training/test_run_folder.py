@@ -33,6 +33,9 @@ def test_a_non_empty_folder_is_not_overwritten(tmp_path):
         RunFolder.create(tmp_path / "run", "translation", {})
     with pytest.raises(CheckpointError, match="not a run folder"):
         RunFolder.create(tmp_path / "run", "translation", {}, resume=True)
+    with pytest.raises(CheckpointError, match="nothing to resume: .*absent does not exist"):
+        RunFolder.create(tmp_path / "absent", "translation", {}, resume=True)
+    (tmp_path / "empty").mkdir()
     RunFolder.create(tmp_path / "empty", "translation", {})  # an empty existing folder is fine
     with pytest.raises(CheckpointError, match="already exists"):
         RunFolder.create(tmp_path / "empty", "translation", {})

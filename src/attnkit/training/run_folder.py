@@ -51,9 +51,11 @@ class RunFolder:
         """
         path = Path(path)
         if resume:
+            if not path.exists():
+                raise CheckpointError(f"nothing to resume: {path} does not exist; start a new run without --resume")
             if not (path / "config.json").is_file():
-                raise CheckpointError(f"cannot resume: {path} is not a run folder (no config.json); "
-                                      "start a new run without --resume")
+                raise CheckpointError(f"cannot resume: {path} is not a run folder (it has no config.json); "
+                                      "choose another --out")
             run = cls.open(path, kind)
             _warn_about_changes(run, dict(config))
             return run
