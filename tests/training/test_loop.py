@@ -45,7 +45,7 @@ def test_resume_after_stop_gives_the_uninterrupted_losses_and_weights(tmp_path):
     assert train_losses == [r["loss"] for r in full_run.metrics() if r["split"] == "train"]
 
 
-def test_ctrl_c_saves_the_state_and_resume_continues_exactly(tmp_path):
+def test_ctrl_c_saves_the_state_and_resume_continues_exactly(tmp_path, capsys):
     full, _, _ = train(tmp_path / "full", Budget(steps=6))
 
     class Interrupted(ToyRegression):
@@ -57,8 +57,10 @@ def test_ctrl_c_saves_the_state_and_resume_continues_exactly(tmp_path):
     torch.manual_seed(99)
     task = Interrupted()
     run = RunFolder.create(tmp_path / "split", "toy", {"lr": 1e-2})
-    result = Trainer(task, run, Budget(steps=6), CONFIG, progress=False).fit()
-    assert result.stop_reason == "interrupted" and result.step == 3
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(task, run, Budget(steps=6), CONFIG, progress=False).fit()
+    assert task.calls == 6  # the step under way was finished
+    assert "interrupted (continue with --resume) at step 3" in capsys.readouterr().out
     assert [p.name for p in run.training_states()] == ["step-00000002.safetensors", "step-00000003.safetensors"]
     resumed, _, result = train(tmp_path / "split", Budget(steps=6), resume=True)
     assert result.step == 6

@@ -13,8 +13,9 @@ means; the loop supplies everything else:
   - checkpoints every `checkpoint_every_steps` steps or `checkpoint_every_minutes` minutes and
     at the end: weights/last, weights/best (by the task's `best_metric`), weights/average (the
     mean of the last `average_last` checkpoints) and the training state;
-  - stops on the budget (steps, epochs or minutes, whichever comes first) or on Ctrl-C (the
-    state is saved first; a second Ctrl-C aborts at once);
+  - stops on the budget (steps, epochs or minutes, whichever comes first) or on Ctrl-C: the step
+    under way finishes, the state is saved, then KeyboardInterrupt is raised as usual (a second
+    Ctrl-C aborts at once, without saving);
   - `fit(resume=True)` restores weights, optimizer, scheduler, scaler, step, epoch, position in
     the epoch, RNG states and the task's own state, so the losses that follow are those of an
     uninterrupted run (bit for bit on CPU).
@@ -251,7 +252,10 @@ class Trainer:
 
     # ------------------------------------------------------------ the loop
     def fit(self, resume: bool = False) -> FitResult:
-        """Train until the budget is spent, Ctrl-C, or divergence; return what happened."""
+        """Train until the budget is spent and return what happened.
+
+        Ctrl-C: saves, then raises KeyboardInterrupt. Divergence: raises TrainingDiverged.
+        """
         self.state = self._restore() if resume else LoopState()
         self._started, self._elapsed_before = time.monotonic(), self.state.elapsed_s
         self._last_eval_time = self._last_checkpoint_time = self._window_time = time.monotonic()
@@ -264,6 +268,8 @@ class Trainer:
         finally:
             progress.close()
         print(result.summary(self.run), flush=True)
+        if reason == "interrupted":  # saved: now behave like any Ctrl-C (the CLI exits with code 130)
+            raise KeyboardInterrupt
         if reason == "diverged":
             last = self.state.last_checkpoint_step
             kept = "no checkpoint had been written yet" if last is None else \
