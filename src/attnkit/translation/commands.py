@@ -120,7 +120,8 @@ def data_numbers(
     with user_errors():
         from attnkit.translation.numbers import NumbersSpec, numbers_splits, write_numbers
 
-        spec = NumbersSpec(language=lang, max_number=max_number)
+        held_out = min(500, max_number // 10)  # valid and test sizes: 500 each, or a tenth for small N
+        spec = NumbersSpec(language=lang, max_number=max_number, valid_size=held_out, test_size=held_out)
         paths = write_numbers(out, spec)
         splits = numbers_splits(spec)
         for split, path in paths.items():

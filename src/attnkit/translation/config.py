@@ -43,6 +43,7 @@ class TranslationConfig:
     eval_every_minutes: float = 1.0
     eval_sentences: int = 500       # validation sentences translated (greedy) for BLEU at each evaluation
     average_last: int = 5           # checkpoints averaged into weights/average (section 6.1)
+    best_metric: Literal["chrf", "bleu", "exact_match", "loss"] = "chrf"  # picks weights/best; chrF also scores one-word sentences
     beam_size: int = 4              # section 6.1: beam 4, alpha 0.6
     length_penalty: float = 0.6
     seed: int = 0
@@ -62,6 +63,8 @@ class TranslationConfig:
                               f"so that the longest pair fits in a batch")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        if self.best_metric not in ("chrf", "bleu", "exact_match", "loss"):
+            raise ConfigError(f"best_metric must be chrf, bleu, exact_match or loss, got '{self.best_metric}'")
         if self.amp not in ("auto", "off", "bf16", "fp16"):
             raise ConfigError(f"amp must be auto, off, bf16 or fp16, got '{self.amp}'")
         if self.lr_scale <= 0 or self.eval_every_minutes <= 0:

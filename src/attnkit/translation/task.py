@@ -44,11 +44,11 @@ class TranslationTask:
     """Model, optimizer, schedule and data of one run; see `attnkit.training.loop.TrainingTask`."""
 
     items_name = "tokens"
-    best_metric = ("bleu", "max")
 
     def __init__(self, config: TranslationConfig, tokenizer: SubwordTokenizer, train: Sequence[Example],
                  valid: Corpus, device: torch.device | str = "cpu") -> None:
         self.config, self.tokenizer, self.examples, self.device = config, tokenizer, train, torch.device(device)
+        self.best_metric = (config.best_metric, "min" if config.best_metric == "loss" else "max")
         torch.manual_seed(config.seed)
         self.model = Seq2SeqTransformer(config.model).to(self.device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1.0, betas=config.adam_betas, eps=config.adam_eps)
