@@ -316,10 +316,11 @@ class Trainer:
         if state.window.get("steps"):
             self._log_training(progress, stream)
         if reason != "diverged":
+            if state.last_checkpoint_step != state.step:
+                self._checkpoint()  # before the last validation, so that a Ctrl-C during it loses nothing
             if reason != "interrupted" and state.last_eval_step != state.step:
                 self._evaluate(progress)
-            if state.last_checkpoint_step != state.step:
-                self._checkpoint()
+                self._save_state()  # again, now with the validation's best metric
         self._write_average()
         if self.run.metrics_path.is_file():
             self.run.plot_curves()
@@ -471,7 +472,6 @@ class Trainer:
     def _checkpoint(self) -> None:
         """weights/last, a snapshot for the average, and the training state (the old ones rotated out)."""
         state, run = self.state, self.run
-        state.elapsed_s = self.elapsed
         state.last_checkpoint_step = state.step
         weights = self.task.model.state_dict()
         metadata = {"kind": run.kind, "step": state.step, "epoch": state.epoch}
@@ -480,8 +480,12 @@ class Trainer:
             save_weights(run.snapshot_path(state.step), weights, metadata)
             for old in run.snapshots()[:-self.config.average_last]:
                 old.unlink(missing_ok=True)
-        run.save_state(state.step, self._training_state(), keep=self.config.keep_states)
+        self._save_state()
         self._last_checkpoint_time = time.monotonic()
+
+    def _save_state(self) -> None:
+        self.state.elapsed_s = self.elapsed
+        self.run.save_state(self.state.step, self._training_state(), keep=self.config.keep_states)
 
     def _training_state(self) -> dict[str, Any]:
         task = self.task
