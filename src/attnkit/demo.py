@@ -50,9 +50,17 @@ def detection_part(out: Path) -> None:
     detection_demo(out)
 
 
+def translation_part(out: Path) -> None:
+    """The tiny Transformer trained on the built-in `numbers:de` for a few minutes; test scores and samples."""
+    from attnkit.translation.demo_part import translation_demo
+
+    translation_demo(out)
+
+
 DEMO_PARTS: list[tuple[str, Callable[[Path], None]]] = [
     ("attention core", attention_core_part),
     ("detection", detection_part),
+    ("translation", translation_part),
 ]
 
 

@@ -35,9 +35,9 @@ def train_translation(
 ) -> None:
     """Train a Transformer translation model; writes the run folder OUT."""
     with user_errors():
-        from attnkit.training import Budget, LoopConfig, RunFolder, Trainer
+        from attnkit.training import Budget
         from attnkit.translation.data import load_splits
-        from attnkit.translation.task import TranslationTask, prepare
+        from attnkit.translation.task import train_run
 
         device = _device(device)
         config = _resolve_config(out, preset, set_, source_lang, target_lang, resume, device)
@@ -46,18 +46,7 @@ def train_translation(
                              config.target_lang)
         for corpus in splits.values():
             print(f"data: {corpus.report.summary()}")
-        prepared = prepare(config, splits, tokenizer_folder=out if resume else None)
-        config = prepared.config
-        run = RunFolder.create(out, "translation", config.to_dict(), resume=resume)
-        if not resume:
-            prepared.tokenizer.save(run.path)
-        _describe(prepared, device)
-        task = TranslationTask(config, prepared.tokenizer, prepared.train, splits["valid"], device)
-        amp = config.amp if config.amp != "auto" else ("bf16" if device.type == "cuda" else "off")
-        loop = LoopConfig(eval_every_minutes=config.eval_every_minutes, checkpoint_every_minutes=config.eval_every_minutes,
-                          grad_clip=config.grad_clip, accumulate=config.accumulate, amp=amp,
-                          average_last=config.average_last)
-        Trainer(task, run, budget, loop).fit(resume=resume)
+        run = train_run(config, splits, out, budget, device, resume=resume)
         if "test" in splits:
             _report_test(run.path, splits["test"], config.beam_size)
         print(f"run folder: {run.path}")
@@ -81,7 +70,7 @@ def eval_translation(
         translator = Translator.from_run(run, weights=weights)
         test = load_splits(data, None, source_lang or translator.config.source_lang,
                            target_lang or translator.config.target_lang, needed=("test",))["test"]
-        result = _score(translator, test, beam_size)
+        result = score_corpus(translator, test, beam_size)
         if as_json:
             print(json.dumps(result))
         else:
@@ -162,26 +151,7 @@ def _resolve_config(out: Path, preset_name: str | None, assignments: list[str], 
     return config
 
 
-def _describe(prepared, device: torch.device) -> None:
-    config, tokenizer = prepared.config, prepared.tokenizer
-    vocab = (f"joint vocabulary {tokenizer.source_vocab_size}" if tokenizer.joint else
-             f"vocabularies {tokenizer.source_vocab_size} (source) + {tokenizer.target_vocab_size} (target)")
-    m = config.model
-    parameters = _parameter_count(config)
-    print(f"model: d_model {m.d_model}, {m.num_heads} heads, {m.num_encoder_layers}+{m.num_decoder_layers} layers, "
-          f"d_ff {m.d_ff}, {m.positional_encoding} positions, {parameters / 1e6:.2f}M parameters; {vocab}; {device}")
-    skipped = f", {prepared.skipped_long} pairs over {config.max_length} tokens skipped" if prepared.skipped_long else ""
-    print(f"batches: about {config.max_tokens} tokens each, padding {100 * prepared.padding:.1f}%{skipped}")
-
-
-def _parameter_count(config) -> int:
-    from attnkit.translation.model import Seq2SeqTransformer
-
-    with torch.device("meta"):
-        return sum(p.numel() for p in Seq2SeqTransformer(config.model).parameters())
-
-
-def _score(translator, corpus, beam_size: int | None) -> dict:
+def score_corpus(translator, corpus, beam_size: int | None) -> dict:
     from attnkit.translation.evaluate import score
 
     started = time.perf_counter()
@@ -194,7 +164,7 @@ def _report_test(run: Path, test, beam_size: int) -> None:
     from attnkit.translation.translator import Translator
 
     translator = Translator.from_run(run, weights="best")
-    result = _score(translator, test, beam_size)
+    result = score_corpus(translator, test, beam_size)
     print(f"test ({len(test)} sentences, beam {beam_size}, best weights): BLEU {result['bleu']:.2f}, "
           f"chrF {result['chrf']:.2f}, exact match {result['exact_match']:.1f}%")
     for pair, hypothesis in zip(test.pairs[:3], translator.translate([p.source for p in test.pairs[:3]])):

@@ -113,3 +113,40 @@ def prepare(config: TranslationConfig, splits: dict[str, Corpus], tokenizer_fold
     lengths = [e.lengths for e in examples]
     padding = padding_fraction(token_batches(lengths, config.max_tokens, seed=config.seed), lengths)
     return Prepared(config, tokenizer, examples, skipped, padding)
+
+
+def train_run(config: TranslationConfig, splits: dict[str, Corpus], out: Path, budget, device: torch.device,
+              resume: bool = False, progress: bool = True):
+    """Prepare the data, create (or reopen) the run folder OUT and train until `budget` is spent; returns the run."""
+    from attnkit.training import LoopConfig, RunFolder, Trainer
+
+    prepared = prepare(config, splits, tokenizer_folder=out if resume else None)
+    config = prepared.config
+    run = RunFolder.create(out, "translation", config.to_dict(), resume=resume)
+    if not resume:
+        prepared.tokenizer.save(run.path)
+    describe(prepared, device)
+    task = TranslationTask(config, prepared.tokenizer, prepared.train, splits["valid"], device)
+    amp = config.amp if config.amp != "auto" else ("bf16" if device.type == "cuda" else "off")
+    loop = LoopConfig(eval_every_minutes=config.eval_every_minutes, checkpoint_every_minutes=config.eval_every_minutes,
+                      grad_clip=config.grad_clip, accumulate=config.accumulate, amp=amp,
+                      average_last=config.average_last)
+    Trainer(task, run, budget, loop, progress=progress).fit(resume=resume)
+    return run
+
+
+def describe(prepared: Prepared, device: torch.device) -> None:
+    config, tokenizer = prepared.config, prepared.tokenizer
+    vocab = (f"joint vocabulary {tokenizer.source_vocab_size}" if tokenizer.joint else
+             f"vocabularies {tokenizer.source_vocab_size} (source) + {tokenizer.target_vocab_size} (target)")
+    m = config.model
+    parameters = _parameter_count(config)
+    print(f"model: d_model {m.d_model}, {m.num_heads} heads, {m.num_encoder_layers}+{m.num_decoder_layers} layers, "
+          f"d_ff {m.d_ff}, {m.positional_encoding} positions, {parameters / 1e6:.2f}M parameters; {vocab}; {device}")
+    skipped = f", {prepared.skipped_long} pairs over {config.max_length} tokens skipped" if prepared.skipped_long else ""
+    print(f"batches: about {config.max_tokens} tokens each, padding {100 * prepared.padding:.1f}%{skipped}")
+
+
+def _parameter_count(config: TranslationConfig) -> int:
+    with torch.device("meta"):
+        return sum(p.numel() for p in Seq2SeqTransformer(config.model).parameters())
