@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "attnkit.demo",
     "attnkit.translation.commands",
     "attnkit.detection.commands",
+    "attnkit.visualize.commands",
 ]
 
 

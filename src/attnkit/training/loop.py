@@ -13,6 +13,8 @@ means; the loop supplies everything else:
   - checkpoints every `checkpoint_every_steps` steps or `checkpoint_every_minutes` minutes and
     at the end: weights/last, weights/best (by the task's `best_metric`), weights/average (the
     mean of the last `average_last` checkpoints) and the training state;
+  - at the end of every run, the run report RUN/report.html (`attnkit.visualize.report`); a
+    report that fails to draw only warns;
   - stops on the budget (steps, epochs or minutes, whichever comes first) or on Ctrl-C: the step
     under way finishes, the state is saved, then KeyboardInterrupt is raised as usual (a second
     Ctrl-C aborts at once, without saving);
@@ -31,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import math
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -268,6 +271,7 @@ class Trainer:
         finally:
             progress.close()
         print(result.summary(self.run), flush=True)
+        self._write_report()
         if reason == "interrupted":  # saved: now behave like any Ctrl-C (the CLI exits with code 130)
             raise KeyboardInterrupt
         if reason == "diverged":
@@ -278,6 +282,17 @@ class Trainer:
                 f"{self.config.max_nonfinite} non-finite losses in a row at step {self.state.step}; {kept}. "
                 "Lower the learning rate, clip gradients (grad_clip) or turn off fp16.")
         return result
+
+    def _write_report(self) -> None:
+        """RUN/report.html (attnkit.visualize.report); a failure to draw it is a warning, never a lost run."""
+        try:
+            from attnkit.visualize.report import write_report
+
+            with isolated_rng():
+                print(f"report: {write_report(self.run, task=self.task)}", flush=True)
+        except Exception as error:  # noqa: BLE001 - the run is saved; the report is a view of it
+            print(f"warning: could not write {self.run.path / 'report.html'} ({type(error).__name__}: {error}); "
+                  f"try again with: attnkit report {self.run.path}", file=sys.stderr, flush=True)
 
     def _run(self, stream: _BatchStream, progress: Progress, interrupted: threading.Event) -> str:
         state = self.state
