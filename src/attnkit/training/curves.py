@@ -10,6 +10,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 _NOT_METRICS = {"step", "time", "split", "epoch", "elapsed_s"}
 
@@ -48,4 +49,5 @@ def _panel(ax, records: Sequence[dict[str, Any]], key: str, label: str, **style:
         steps, values = zip(*points)
         ax.plot(steps, values, label=label, linewidth=1.2, markersize=3, **style)
     ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
