@@ -114,9 +114,9 @@ def _tuple(value: Any) -> Any:
 
 _SMALL_MODEL = DetrConfig(backbone="resnet18", hidden_dim=128, num_heads=8, enc_layers=2, dec_layers=2,
                           dim_feedforward=512, dropout=0.0, num_queries=20)
-_SMALL_TRAIN = DetectionTrainConfig(lr=2e-4, lr_backbone=2e-4, clip_max_norm=0.1, batch_size=8,
-                                    lr_drop_epochs=1000, train_scales=(112, 120, 128, 136, 144), max_size=192,
-                                    val_size=128)
+_SMALL_TRAIN = DetectionTrainConfig(lr=3e-4, lr_backbone=3e-4, clip_max_norm=0.1, batch_size=8,
+                                    lr_drop_epochs=1000, train_scales=(80, 88, 96, 104, 112), max_size=160,
+                                    val_size=96, crop_min_fraction=0.6)
 PRESETS: dict[str, tuple[DetrConfig, DetectionTrainConfig]] = {
     "detr-r50": (DetrConfig(), DetectionTrainConfig()),
     "small": (_SMALL_MODEL, _SMALL_TRAIN),
