@@ -34,7 +34,7 @@ def translation_demo(out: Path, minutes: float = DEMO_MINUTES) -> None:
           f"rarely apply; exact match and chrF say more)")
     for source, translation in zip(SAMPLES, translator.translate(SAMPLES, beam_size=4)):
         print(f"  {source} -> {translation}")
-    print(f"  attention map: {_plot_cross_attention(translator, SAMPLES[0], out / 'cross_attention.png')}")
+    print(f"  attention map: {_plot_cross_attention(translator, SAMPLES[-1], out / 'cross_attention.png')}")
     print(f"  run folder: {run_path} (curves.png, metrics.jsonl); try: attnkit translate {run_path} \"twelve\"")
 
 
