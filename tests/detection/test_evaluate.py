@@ -35,3 +35,30 @@ def test_wrong_and_missing_detections_lower_ap(small_coco):
     swapped = [dict(r, category_id=3 if r["category_id"] == 7 else 7) for r in results]
     torch.testing.assert_close(coco_evaluate(coco, swapped)["AP"], 0.0)
     assert coco_evaluate(coco, [])["AP"] == 0.0
+
+
+def test_predictions_do_not_depend_on_the_batch_size_with_mixed_image_sizes(tmp_path, coco_writer):
+    from dataclasses import replace
+
+    from attnkit.detection.architectures import build_model
+    from attnkit.detection.config import preset
+    from attnkit.detection.data import CocoDetection
+    from attnkit.detection.evaluate import predict_dataset, same_size_batches
+    from attnkit.detection.transforms import eval_transforms
+
+    torch.manual_seed(0)
+    sizes = [(64, 48), (48, 64), (64, 48), (40, 40), (48, 64)]
+    images = [{"id": i + 1, "file_name": f"{i}.png", "width": w, "height": h} for i, (w, h) in enumerate(sizes)]
+    annotations = [{"id": i + 1, "image_id": i + 1, "category_id": 1, "bbox": [5, 5, 20, 20]} for i in range(5)]
+    dataset = CocoDetection(*coco_writer(tmp_path, images, annotations, [{"id": 1, "name": "x"}]),
+                            eval_transforms(48, 96))
+    batches = list(same_size_batches(dataset, 8))
+    assert sorted(map(sorted, batches)) == [[0, 2], [1, 4], [3]]
+    model = build_model(replace(preset("tiny")[0], num_classes=1))
+    one, many = predict_dataset(model, dataset, 1), predict_dataset(model, dataset, 8)
+    key = lambda r: (r["image_id"], r["bbox"], r["score"])  # noqa: E731
+    assert len(one) == 50
+    for a, b in zip(sorted(one, key=key), sorted(many, key=key)):
+        assert a["image_id"] == b["image_id"] and a["category_id"] == b["category_id"]
+        torch.testing.assert_close(torch.tensor(a["bbox"] + [a["score"]]), torch.tensor(b["bbox"] + [b["score"]]),
+                                   atol=2e-3, rtol=0)
