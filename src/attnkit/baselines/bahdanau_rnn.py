@@ -27,6 +27,7 @@ import dataclasses
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -237,6 +238,23 @@ def match_parameters(parameters: int, base: BahdanauRNNConfig) -> BahdanauRNNCon
         middle = (low + high) // 2
         low, high = (middle, high) if parameter_count(sized(middle)) < parameters else (low, middle)
     return min((sized(low), sized(high)), key=lambda c: abs(parameter_count(c) - parameters))
+
+
+def match_transformer(transformer: Any) -> BahdanauRNNConfig:
+    """The RNN with as many parameters as the Transformer of `transformer` (a translation `Seq2SeqConfig`):
+    the same embedding size, dropout and embedding sharing, the hidden size chosen to match the count."""
+    from attnkit.translation.model import Seq2SeqTransformer
+
+    vocab = max(transformer.source_vocab_size, transformer.target_vocab_size, 5)
+    with torch.device("meta"):
+        counted = Seq2SeqTransformer(dataclasses.replace(transformer, source_vocab_size=vocab, target_vocab_size=vocab))
+        parameters = sum(p.numel() for p in counted.parameters())
+    base = BahdanauRNNConfig(embedding_dim=transformer.d_model, dropout=transformer.dropout,
+                             share_embeddings=transformer.share_embeddings, source_vocab_size=vocab,
+                             target_vocab_size=vocab)
+    matched = match_parameters(parameters, base)
+    return dataclasses.replace(matched, source_vocab_size=transformer.source_vocab_size,
+                               target_vocab_size=transformer.target_vocab_size)
 
 
 def _with_vocab(config: BahdanauRNNConfig) -> BahdanauRNNConfig:

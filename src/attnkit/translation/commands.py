@@ -24,6 +24,8 @@ def train_translation(
     valid: Path = typer.Option(None, "--valid", help="Validation split file."),
     test: Path = typer.Option(None, "--test", help="Test split file, scored at the end."),
     preset: str = typer.Option(None, "--preset", help="tiny, small or base (default: tiny on a CPU, base on a GPU)."),
+    arch: str = typer.Option("transformer", "--arch", help="transformer, or rnn: the RNN encoder-decoder with "
+                             "additive attention (Bahdanau et al. 2015) with the preset's parameter count."),
     source_lang: str = typer.Option(None, "--source-lang", help="Source language code (JSON lines, aligned files)."),
     target_lang: str = typer.Option(None, "--target-lang", help="Target language code."),
     minutes: float = typer.Option(None, "--minutes", help="Time budget."),
@@ -33,14 +35,14 @@ def train_translation(
     resume: bool = typer.Option(False, "--resume", help="Continue the run in OUT where it stopped."),
     device: str = typer.Option(None, "--device", help="cpu or cuda (default: cuda when available)."),
 ) -> None:
-    """Train a Transformer translation model; writes the run folder OUT."""
+    """Train a translation model (a Transformer, or with --arch rnn the RNN baseline); writes the run folder OUT."""
     with user_errors():
         from attnkit.training import Budget
         from attnkit.translation.data import load_splits
         from attnkit.translation.task import train_run
 
         device = _device(device)
-        config = _resolve_config(out, preset, set_, source_lang, target_lang, resume, device)
+        config = _resolve_config(out, preset, set_, source_lang, target_lang, resume, device, arch)
         budget = Budget(steps=steps, epochs=epochs, minutes=minutes if (steps or epochs or minutes) else 10.0)
         splits = load_splits(data, {"train": train, "valid": valid, "test": test}, config.source_lang,
                              config.target_lang)
@@ -129,8 +131,8 @@ def _device(name: str | None) -> torch.device:
 
 
 def _resolve_config(out: Path, preset_name: str | None, assignments: list[str], source_lang: str | None,
-                    target_lang: str | None, resume: bool, device: torch.device):
-    from attnkit.translation.config import TranslationConfig, default_preset_name, override, preset
+                    target_lang: str | None, resume: bool, device: torch.device, arch: str = "transformer"):
+    from attnkit.translation.config import TranslationConfig, default_preset_name, override, preset, with_architecture
 
     if resume and (out / "config.json").is_file():
         from attnkit.training import RunFolder
@@ -145,7 +147,7 @@ def _resolve_config(out: Path, preset_name: str | None, assignments: list[str], 
         print(f"preset: {preset_name}")
     languages = [f"source_lang={json.dumps(source_lang)}"] if source_lang else []
     languages += [f"target_lang={json.dumps(target_lang)}"] if target_lang else []
-    config = override(preset(preset_name), languages + list(assignments))
+    config = override(with_architecture(preset(preset_name), arch), languages + list(assignments))
     if assignments:
         print(f"overrides: {', '.join(assignments)}")
     return config

@@ -16,8 +16,11 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from torch import nn
+
+from attnkit.baselines.bahdanau_rnn import BahdanauRNN, BahdanauRNNConfig, match_transformer
 from attnkit.errors import ConfigError
-from attnkit.translation.model import Seq2SeqConfig
+from attnkit.translation.model import Seq2SeqConfig, Seq2SeqTransformer
 
 PRESET_NAMES = ("tiny", "small", "base")
 
@@ -27,7 +30,8 @@ class TranslationConfig:
     """Everything a translation run needs besides its data; saved as config.json."""
 
     preset: str = "base"
-    model: Seq2SeqConfig = field(default_factory=Seq2SeqConfig)
+    arch: str = "transformer"       # a key of ARCHITECTURES: "rnn" is the baseline of Bahdanau et al. 2015
+    model: Seq2SeqConfig | BahdanauRNNConfig = field(default_factory=Seq2SeqConfig)
     vocab_size: int = 8000          # BPE tokens per vocabulary (the paper: 37000 shared for WMT en-de)
     joint_vocab: bool = True        # one vocabulary for both sides, all embeddings shared
     max_length: int = 256           # longer pairs (in tokens) are skipped and counted
@@ -51,6 +55,10 @@ class TranslationConfig:
     target_lang: str | None = None
 
     def __post_init__(self) -> None:
+        if self.arch not in ARCHITECTURES:
+            raise ConfigError(f"unknown arch '{self.arch}' (known: {', '.join(ARCHITECTURES)})")
+        if not isinstance(self.model, ARCHITECTURES[self.arch][0]):
+            raise ConfigError(f"arch '{self.arch}' needs a {ARCHITECTURES[self.arch][0].__name__} model config")
         if self.vocab_size < 16:
             raise ConfigError(f"vocab_size must be at least 16, got {self.vocab_size}")
         if self.joint_vocab is False and self.model.share_embeddings:
@@ -79,10 +87,13 @@ class TranslationConfig:
         values = dict(values)
         model = values.pop("model", {})
         _check_keys(values, cls, "")
-        _check_keys(model, Seq2SeqConfig, "model.")
+        if values.get("arch", "transformer") not in ARCHITECTURES:
+            raise ConfigError(f"unknown arch '{values['arch']}' (known: {', '.join(ARCHITECTURES)})")
+        model_config = ARCHITECTURES[values.get("arch", "transformer")][0]
+        _check_keys(model, model_config, "model.")
         if "adam_betas" in values:
             values["adam_betas"] = tuple(values["adam_betas"])
-        return cls(**values, model=Seq2SeqConfig(**model))
+        return cls(**values, model=model_config(**model))
 
 
 def preset(name: str) -> TranslationConfig:
@@ -100,6 +111,29 @@ def preset(name: str) -> TranslationConfig:
     if name == "base":
         return TranslationConfig(preset="base", vocab_size=32000, eval_every_minutes=10.0)
     raise ConfigError(f"unknown preset '{name}' (known: {', '.join(PRESET_NAMES)})")
+
+
+ARCHITECTURES: dict[str, tuple[type, type[nn.Module]]] = {  # arch -> (model config, model)
+    "transformer": (Seq2SeqConfig, Seq2SeqTransformer),
+    "rnn": (BahdanauRNNConfig, BahdanauRNN),
+}
+
+
+def build_model(config: TranslationConfig) -> nn.Module:
+    """The translation model `config.arch` names; every one speaks the decoding protocol of decoding.py."""
+    return ARCHITECTURES[config.arch][1](config.model)
+
+
+def with_architecture(config: TranslationConfig, arch: str) -> TranslationConfig:
+    """A Transformer recipe for ARCH: the RNN baseline keeps the training recipe and the embedding size, and
+    gets the hidden size that matches the Transformer's parameter count."""
+    if arch not in ARCHITECTURES:
+        raise ConfigError(f"unknown arch '{arch}' (known: {', '.join(ARCHITECTURES)})")
+    if arch == config.arch:
+        return config
+    if config.arch != "transformer":
+        raise ConfigError(f"arch '{arch}' is sized from a transformer preset, not from arch '{config.arch}'")
+    return dataclasses.replace(config, arch=arch, model=match_transformer(config.model))
 
 
 def default_preset_name(cuda: bool) -> str:

@@ -16,11 +16,10 @@ from pathlib import Path
 import torch
 
 from attnkit.translation.batching import Batch, Example, collate, make_examples, padding_fraction, token_batches
-from attnkit.translation.config import TranslationConfig
+from attnkit.translation.config import TranslationConfig, build_model
 from attnkit.translation.data import Corpus
 from attnkit.translation.evaluate import score
 from attnkit.translation.losses import label_smoothed_cross_entropy
-from attnkit.translation.model import Seq2SeqTransformer
 from attnkit.translation.schedule import inverse_sqrt_schedule
 from attnkit.translation.tokenizer import SubwordTokenizer
 from attnkit.translation.translator import translate_texts
@@ -50,7 +49,7 @@ class TranslationTask:
         self.config, self.tokenizer, self.examples, self.device = config, tokenizer, train, torch.device(device)
         self.best_metric = (config.best_metric, "min" if config.best_metric == "loss" else "max")
         torch.manual_seed(config.seed)
-        self.model = Seq2SeqTransformer(config.model).to(self.device)
+        self.model = build_model(config).to(self.device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1.0, betas=config.adam_betas, eps=config.adam_eps)
         self.scheduler = inverse_sqrt_schedule(self.optimizer, config.model.d_model, config.warmup_steps, config.lr_scale)
         self.lengths = [example.lengths for example in train]
@@ -141,12 +140,16 @@ def describe(prepared: Prepared, device: torch.device) -> None:
              f"vocabularies {tokenizer.source_vocab_size} (source) + {tokenizer.target_vocab_size} (target)")
     m = config.model
     parameters = _parameter_count(config)
-    print(f"model: d_model {m.d_model}, {m.num_heads} heads, {m.num_encoder_layers}+{m.num_decoder_layers} layers, "
-          f"d_ff {m.d_ff}, {m.positional_encoding} positions, {parameters / 1e6:.2f}M parameters; {vocab}; {device}")
+    if config.arch == "rnn":
+        print(f"model: RNN with additive attention, embedding {m.embedding_dim}, hidden {m.hidden_size}, "
+              f"attention {m.attention_dim}, {parameters / 1e6:.2f}M parameters; {vocab}; {device}")
+    else:
+        print(f"model: d_model {m.d_model}, {m.num_heads} heads, {m.num_encoder_layers}+{m.num_decoder_layers} layers, "
+              f"d_ff {m.d_ff}, {m.positional_encoding} positions, {parameters / 1e6:.2f}M parameters; {vocab}; {device}")
     skipped = f", {prepared.skipped_long} pairs over {config.max_length} tokens skipped" if prepared.skipped_long else ""
     print(f"batches: about {config.max_tokens} tokens each, padding {100 * prepared.padding:.1f}%{skipped}")
 
 
 def _parameter_count(config: TranslationConfig) -> int:
     with torch.device("meta"):
-        return sum(p.numel() for p in Seq2SeqTransformer(config.model).parameters())
+        return sum(p.numel() for p in build_model(config).parameters())

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import torch
 
+from attnkit.baselines.bahdanau_rnn import check_architecture
 from attnkit.errors import CheckpointError
 from attnkit.translation.batching import pad_ids, token_batches
-from attnkit.translation.config import TranslationConfig
+from attnkit.translation.config import TranslationConfig, build_model
 from attnkit.translation.decoding import beam_search, greedy_decode
 from attnkit.translation.model import Seq2SeqTransformer
 from attnkit.translation.tokenizer import EOS_ID, SubwordTokenizer
@@ -54,13 +55,14 @@ class Translator:
     @classmethod
     def from_run(cls, run: Path | str, weights: str = "best", device: str | torch.device | None = None) -> Translator:
         """Load RUN's config.json, tokenizer and weights ("best", "last" or "average")."""
-        from attnkit.training import RunFolder, load_weights
+        from attnkit.training import RunFolder, load_weights, read_weights
 
         folder = RunFolder.open(Path(run), RUN_KIND)
         config = TranslationConfig.from_dict(folder.config)
         tokenizer = SubwordTokenizer.load(folder.path)
-        model = Seq2SeqTransformer(config.model)
+        model = build_model(config)
         path = _weights_path(folder, weights)
+        check_architecture(read_weights(path)[0], config.arch, str(path))  # names both if they differ
         load_weights(path, model)
         device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
         return cls(model.to(device), tokenizer, config)
