@@ -149,8 +149,8 @@ def speed(config: TranslationConfig, device: torch.device, batches_count: int, d
     print(f"\n### Speed: attnkit vs transformers MarianMT, d_model {m.d_model}, {m.num_heads} heads, "
           f"{m.num_encoder_layers}+{m.num_decoder_layers} layers, d_ff {m.d_ff}, vocabulary {m.target_vocab_size}, "
           f"{device}, {torch.get_num_threads()} threads\n")
-    print(f"parameters: attnkit {count(ours) / 1e6:.2f}M, Marian {count(marian) / 1e6:.2f}M (Marian adds a final_logits_bias "
-          f"buffer); batches of about {config.max_tokens} tokens, {len(epoch)} batches an epoch\n")
+    print(f"parameters: attnkit {count(ours) / 1e6:.2f}M, Marian {count(marian) / 1e6:.2f}M (Marian keeps its sinusoidal "
+          f"position table as frozen weights); batches of about {config.max_tokens} tokens, {len(epoch)} batches an epoch\n")
     train_batches(ours, epoch[:2], config.label_smoothing), train_batches(marian, epoch[:2], config.label_smoothing)
     rows = []
     if not skip_epoch:
