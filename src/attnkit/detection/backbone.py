@@ -89,4 +89,4 @@ class Joiner(nn.Sequential):
         the mask at feature resolution (batch, h, w) and positions (batch, hidden, h, w)."""
         features = self[0](images)
         mask = F.interpolate(mask[None].float(), size=features.shape[-2:])[0].bool()  # (batch, h, w)
-        return features, mask, self[1](mask, dtype=features.dtype)
+        return features, mask, self[1](mask, dtype=torch.float32)  # float32 positions, also under autocast

@@ -80,7 +80,7 @@ def train(out: Path, data: str | None, budget, preset_name: str = "small", assig
     t = config.train
     train_set = open_split(split_paths(config.data if train_paths[0] is None else None, "train", run.path, shapes,
                                        *train_paths), train_transforms(t.train_scales, t.max_size, t.flip,
-                                                                       t.crop_min_fraction))
+                                                                       t.crop_min_fraction), for_evaluation=False)
     if val_paths[0] is None and train_paths[0] is not None:
         print("data: no --val-images/--val-annotations; validating on the training images")
         val_paths = train_paths
@@ -116,7 +116,7 @@ def _resolve_config(out: Path, resume: bool, preset_name: str, assignments: list
         names, ids = tuple(CLASSES), tuple(range(1, len(CLASSES) + 1))
         source, shapes_fields = "shapes", asdict(shapes)
     else:
-        coco = load_annotations(split_paths(data, "train", out, shapes, *train_paths)[1])
+        coco = load_annotations(split_paths(data, "train", out, shapes, *train_paths)[1], keep_raw=False)
         names, ids, source, shapes_fields = tuple(coco.names), tuple(coco.category_ids), str(data or "explicit"), {}
     model = replace(config.model, num_classes=len(names), frozen_batchnorm=backbone_weights is not None)
     print(f"preset: {preset_name}" + (f"; overrides: {', '.join(assignments)}" if assignments else ""))

@@ -41,7 +41,7 @@ class ImageRecord:
 class CocoAnnotations:
     """A parsed, validated `instances_*.json`."""
     path: Path
-    raw: dict[str, Any]  # the file as loaded: handed to pycocotools for evaluation
+    raw: dict[str, Any] | None  # the file as loaded, for pycocotools (None when not kept: training splits)
     category_ids: list[int]  # label -> COCO category id
     names: list[str]  # label -> category name
     records: list[ImageRecord]
@@ -72,8 +72,11 @@ def resolve_coco(data: Path, split: str) -> tuple[Path, Path]:
     raise DataError(f"{data}: no annotations/instances_{split}2017.json or annotations/instances_{split}.json")
 
 
-def load_annotations(path: Path) -> CocoAnnotations:
-    """Read and validate a COCO instances file; every error names the file and the entry."""
+def load_annotations(path: Path, keep_raw: bool = True) -> CocoAnnotations:
+    """Read and validate a COCO instances file; every error names the file and the entry.
+
+    keep_raw=False drops the loaded JSON once parsed (a training split never needs it again).
+    """
     try:
         raw = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -101,7 +104,8 @@ def load_annotations(path: Path) -> CocoAnnotations:
         record, dropped = _make_record(image_id, file_name, width, height, objects[image_id])
         records.append(record)
         degenerate += dropped
-    return CocoAnnotations(Path(path), raw, category_ids, names, records, degenerate, crowd, label_of)
+    return CocoAnnotations(Path(path), raw if keep_raw else None, category_ids, names, records, degenerate, crowd,
+                           label_of)
 
 
 def _read_categories(path: Path, entries: list[Any]) -> tuple[list[int], list[str]]:

@@ -28,6 +28,8 @@ METRICS = ("AP", "AP50", "AP75", "APs", "APm", "APl")  # the first six numbers o
 
 def coco_ground_truth(annotations: CocoAnnotations) -> COCO:
     """A pycocotools COCO object of the annotation file (`area` filled in from the box where absent)."""
+    if annotations.raw is None:
+        raise ValueError(f"{annotations.path} was loaded with keep_raw=False; load it again to evaluate")
     dataset = copy.deepcopy(annotations.raw)
     for entry in dataset["annotations"]:
         entry.setdefault("area", float(entry["bbox"][2] * entry["bbox"][3]))

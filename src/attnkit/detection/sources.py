@@ -30,12 +30,12 @@ def split_paths(data: str | None, split: str, run: Path, shapes: ShapesConfig,
     return resolve_coco(Path(data), split)
 
 
-def open_split(paths: tuple[Path, Path], transforms) -> CocoDetection:
+def open_split(paths: tuple[Path, Path], transforms, for_evaluation: bool = True) -> CocoDetection:
     """The dataset of one split, with its annotation report printed (crowd objects, dropped boxes)."""
     images, annotation_file = paths
     if not images.is_dir():
         raise ConfigError(f"{images}: image folder not found")
-    coco = load_annotations(annotation_file)
+    coco = load_annotations(annotation_file, keep_raw=for_evaluation)
     empty = sum(1 for r in coco.records if len(r.labels) == 0)
     print(f"data: {annotation_file}: {len(coco.records)} images, {coco.num_classes} classes, "
           f"{sum(len(r.labels) for r in coco.records)} boxes, {empty} images without objects, "
