@@ -88,3 +88,20 @@ def test_bad_input_is_one_error_line(tiny_run, tmp_path, coco_writer):
     folder, path = coco_writer(tmp_path / "bad", images, annotations, [{"id": 1, "name": "x"}], draw=False)
     result = invoke("eval", "detection", tiny_run, "--images", folder, "--annotations", path)
     assert result.exit_code == 2 and "category_id 9" in result.output and "instances_train.json" in result.output
+
+
+def test_train_on_explicit_images_and_annotations(tmp_path, coco_writer):
+    images = [{"id": 5, "file_name": "a.png", "width": 64, "height": 64},
+              {"id": 9, "file_name": "b.png", "width": 64, "height": 48}]
+    annotations = [{"id": 1, "image_id": 5, "category_id": 40, "bbox": [4, 4, 30, 20]},
+                   {"id": 2, "image_id": 9, "category_id": 12, "bbox": [10, 8, 20, 30], "iscrowd": 1}]
+    folder, path = coco_writer(tmp_path / "mine", images, annotations, [{"id": 40, "name": "a"}, {"id": 12, "name": "b"}])
+    out = tmp_path / "run"
+    result = invoke("train", "detection", "--images", folder, "--annotations", path, "--out", out, "--steps", "1",
+                    "--preset", "tiny", "--no-flip")
+    assert result.exit_code == 0, result.output
+    config = json.loads((out / "config.json").read_text())
+    assert config["category_ids"] == [12, 40] and config["train"]["flip"] is False
+    assert "validating on the training images" in result.output
+    result = invoke("train", "detection", "--out", out, "--steps", "2", "--resume")
+    assert result.exit_code == 2 and "--images/--annotations" in result.output

@@ -103,7 +103,7 @@ def _resolve_config(out: Path, resume: bool, preset_name: str, assignments: list
     from attnkit.detection.config import DetectionConfig, override, preset
     from attnkit.detection.data import load_annotations
     from attnkit.detection.shapes import CLASSES
-    from attnkit.detection.sources import split_paths
+    from attnkit.detection.sources import EXPLICIT, split_paths
     from attnkit.training import RunFolder
 
     if resume and (out / "config.json").is_file():
@@ -117,7 +117,8 @@ def _resolve_config(out: Path, resume: bool, preset_name: str, assignments: list
         source, shapes_fields = "shapes", asdict(shapes)
     else:
         coco = load_annotations(split_paths(data, "train", out, shapes, *train_paths)[1], keep_raw=False)
-        names, ids, source, shapes_fields = tuple(coco.names), tuple(coco.category_ids), str(data or "explicit"), {}
+        names, ids, shapes_fields = tuple(coco.names), tuple(coco.category_ids), {}
+        source = str(data) if train_paths[0] is None else EXPLICIT
     model = replace(config.model, num_classes=len(names), frozen_batchnorm=backbone_weights is not None)
     print(f"preset: {preset_name}" + (f"; overrides: {', '.join(assignments)}" if assignments else ""))
     return replace(config, model=model, data=source, class_names=names, category_ids=ids, shapes=shapes_fields)

@@ -14,6 +14,8 @@ from attnkit.detection.data import CocoDetection, load_annotations, resolve_coco
 from attnkit.detection.shapes import ShapesConfig, write_shapes
 from attnkit.errors import ConfigError
 
+EXPLICIT = "explicit"  # the run config's `data` when the user named --images/--annotations
+
 
 def split_paths(data: str | None, split: str, run: Path, shapes: ShapesConfig,
                 images: Path | None = None, annotations: Path | None = None) -> tuple[Path, Path]:
@@ -24,6 +26,9 @@ def split_paths(data: str | None, split: str, run: Path, shapes: ShapesConfig,
         return Path(images), Path(annotations)
     if data is None:
         raise ConfigError("say which data: --data shapes, --data DIR (COCO layout), or --images and --annotations")
+    if data == EXPLICIT:
+        raise ConfigError("this run was trained on --images/--annotations; give them (and --val-images/"
+                          "--val-annotations) again, or --data")
     if data == "shapes":
         root = write_shapes(Path(run) / "data" / "shapes", shapes)
         return resolve_coco(root, split)
