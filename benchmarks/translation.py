@@ -182,22 +182,26 @@ def decoding_rows(ours, marian, test: Corpus, prepared, device, batch: int, outp
     ours.eval(), marian.eval()
     extra = output_tokens - source.size(1)
     model = WithoutEnd(ours)
-    timings = {}
-    for name, run in (("cached", lambda: greedy_decode(model, source, use_cache=True, extra_length=extra)),
-                      ("uncached", lambda: greedy_decode(model, source, use_cache=False, extra_length=extra)),
-                      ("marian", lambda: marian.model.generate(input_ids=source, attention_mask=source != PAD_ID,
-                                                               max_new_tokens=output_tokens, min_new_tokens=output_tokens,
-                                                               num_beams=1, do_sample=False))):
-        with torch.no_grad():
-            run()  # warm-up
-            _sync()
-            started = time.perf_counter()
+    runs = {"cached": lambda: greedy_decode(model, source, use_cache=True, extra_length=extra),
+            "uncached": lambda: greedy_decode(model, source, use_cache=False, extra_length=extra),
+            "marian": lambda: marian.model.generate(input_ids=source, attention_mask=source != PAD_ID,
+                                                    max_new_tokens=output_tokens, min_new_tokens=output_tokens,
+                                                    num_beams=1, do_sample=False)}
+    samples: dict[str, list[float]] = {name: [] for name in runs}
+    with torch.no_grad():
+        for name, run in runs.items():  # warm-up, and check that each produced the full length
             out = run()
-            _sync()
-        timings[name] = time.perf_counter() - started
-        produced = max(len(o) for o in out) if isinstance(out, list) else out.size(1) - 1
-        assert produced >= output_tokens - 1, (name, produced)
-    label = f"greedy decoding, {source.size(0)} sentences x {output_tokens} tokens (s)"
+            produced = max(len(o) for o in out) if isinstance(out, list) else out.size(1) - 1
+            assert produced >= output_tokens - 1, (name, produced)
+        for _ in range(3):  # alternate, so all three see the same machine load
+            for name, run in runs.items():
+                _sync()
+                started = time.perf_counter()
+                run()
+                _sync()
+                samples[name].append(time.perf_counter() - started)
+    timings = {name: statistics.median(values) for name, values in samples.items()}
+    label = f"greedy decoding, {source.size(0)} sentences x {output_tokens} tokens (s, median of 3)"
     return [(f"{label}: cached vs uncached (both attnkit)", f"{timings['cached']:.2f}", f"{timings['uncached']:.2f} (uncached)",
              timings["uncached"] / timings["cached"]),
             (f"{label}: attnkit cached vs Marian generate", f"{timings['cached']:.2f}", f"{timings['marian']:.2f}",

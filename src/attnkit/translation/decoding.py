@@ -60,15 +60,20 @@ def greedy_decode(model: EncoderDecoder, source: Tensor, use_cache: bool = True,
     encoded = model.encode(source, source == PAD_ID)
     cache = model.start_cache(encoded) if use_cache else None
     limits = max_lengths(source, extra_length)  # (batch,)
-    prefix = torch.full((source.size(0), 1), BOS_ID, dtype=torch.long, device=source.device)  # (batch, 1)
+    shortest, longest = int(limits.min()), int(limits.max())
+    tokens = torch.full((source.size(0), longest + 1), PAD_ID, dtype=torch.long, device=source.device)
+    tokens[:, 0] = BOS_ID  # (batch, 1 + longest): <s>, then the outputs, written in place
     finished = torch.zeros(source.size(0), dtype=torch.bool, device=source.device)
-    for step in range(int(limits.max())):
-        logits = _force_eos_at_limit(model.decode_step(prefix, encoded, cache), step, limits)  # (batch, vocab)
+    for step in range(longest):
+        logits = model.decode_step(tokens[:, :step + 1], encoded, cache)  # (batch, vocab)
+        if step + 1 >= shortest:
+            logits = _force_eos_at_limit(logits, step, limits)
         token = logits.argmax(dim=-1).masked_fill(finished, PAD_ID)  # (batch,)
-        prefix = torch.cat([prefix, token.unsqueeze(1)], dim=1)
+        tokens[:, step + 1] = token
         finished |= token == EOS_ID
         if bool(finished.all()):
             break
+    prefix = tokens[:, :step + 2]
     return [_strip(row) for row in prefix[:, 1:].tolist()]
 
 

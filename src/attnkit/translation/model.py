@@ -119,9 +119,19 @@ class Seq2SeqTransformer(nn.Module):
 
     def _embed(self, embedding: nn.Embedding, ids: Tensor, offset: int) -> Tensor:
         x = embedding(ids) * math.sqrt(self.config.d_model)  # (batch, length, d_model)
-        if self.positions is not None:
+        if isinstance(self.positions, SinusoidalPositionalEncoding):
+            x = x + self._sinusoids(offset + ids.size(1), x)[offset:].to(x.dtype)  # PE(pos): (length, d_model)
+        elif self.positions is not None:
             x = x + self.positions(x, offset)
         return self.embedding_dropout(x)
+
+    def _sinusoids(self, length: int, x: Tensor) -> Tensor:
+        """PE(0..length-1), computed once and kept (decoding asks for one position per step)."""
+        table = getattr(self, "_sinusoid_table", None)
+        if table is None or table.size(0) < length or table.device != x.device:
+            table = self.positions.encoding(max(length, 256), device=x.device)  # (positions, d_model), fp32
+            self._sinusoid_table = table
+        return table[:length]
 
     def _project(self, hidden: Tensor) -> Tensor:
         return hidden @ self.target_embedding.weight.t()  # (..., vocab): the pre-softmax matrix is the embedding
