@@ -44,9 +44,10 @@ def plot_heads(weights: Tensor, path: Path, queries: Sequence[str] | None = None
     heads, rows, cols = weights.shape
     columns = min(heads, 4)
     grid_rows = math.ceil(heads / columns)
-    width, height = _panel_size(rows, cols)
+    cell = min(_CELL, max(0.15, (22.0 / columns - 1.0) / cols))  # long sentences: about 22 inches wide at most
+    width, height = _panel_size(rows, cols, cell)
     fig, axes = plt.subplots(grid_rows, columns, figsize=(columns * (width + 1.0) + 1.2, grid_rows * (height + 1.1) + 0.6),
-                             dpi=100, squeeze=False)
+                             dpi=100, squeeze=False, layout="constrained")
     vmax = float(weights.max()) or 1.0
     for head, ax in enumerate(axes.flat):
         if head >= heads:
@@ -54,7 +55,7 @@ def plot_heads(weights: Tensor, path: Path, queries: Sequence[str] | None = None
             continue
         image = _heatmap(ax, weights[head], queries, keys, vmax=vmax, show_queries=head % columns == 0)
         ax.set_title(f"head {head + 1}", fontsize=9)
-    fig.colorbar(image, ax=axes, fraction=0.025, pad=0.02, label="attention weight")
+    fig.colorbar(image, ax=axes, fraction=0.025, pad=0.01, label="attention weight")
     fig.suptitle(title, fontsize=10)
     fig.supxlabel("key (attended to)", fontsize=9)
     fig.supylabel("query (attending)", fontsize=9)
@@ -89,8 +90,8 @@ def token_label(token: str) -> str:
     return token.replace("\u2581", "_")
 
 
-def _panel_size(rows: int, cols: int) -> tuple[float, float]:
-    return max(2.6, _CELL * cols + 1.0), max(2.2, _CELL * rows + 0.8)
+def _panel_size(rows: int, cols: int, cell: float = _CELL) -> tuple[float, float]:
+    return max(2.6, cell * cols + 1.0), max(2.2, cell * rows + 0.8)
 
 
 def _heatmap(ax, weights: Tensor, queries: Sequence[str] | None, keys: Sequence[str] | None,

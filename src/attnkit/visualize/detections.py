@@ -49,7 +49,10 @@ def plot_object_attention(image: Image.Image, boxes: Sequence[Sequence[float]], 
     fig, axes = plt.subplots(rows, columns, figsize=(3.3 * columns + 0.8, 3.3 * rows + 0.4), dpi=100, squeeze=False)
     flat = list(axes.flat)
     flat[0].imshow(draw_boxes(image, boxes[:count], labels[:count], names[:count], scores[:count]))
-    flat[0].set_title(f"{len(boxes)} detection(s)" if len(boxes) else "no detection above the threshold", fontsize=9)
+    shown = f", {count} shown" if count < len(boxes) else ""
+    flat[0].set_title(f"{len(boxes)} detection(s){shown}" if len(boxes) else "no detection above the threshold",
+                      fontsize=9)
+    uniform = 1.0 / maps[0].numel() if count else 0.0
     overlay = None
     for index in range(count):
         ax = flat[index + 1]
@@ -60,7 +63,8 @@ def plot_object_attention(image: Image.Image, boxes: Sequence[Sequence[float]], 
         x0, y0, x1, y1 = (float(v) for v in boxes[index])
         colour = tuple(c / 255 for c in PALETTE[int(labels[index]) % len(PALETTE)])
         ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, edgecolor=colour, linewidth=2))
-        ax.set_title(f"{names[index]} {float(scores[index]):.2f}: decoder attention", fontsize=9)
+        ax.set_title(f"{names[index]} {float(scores[index]):.2f}: peak weight {float(maps[index].max()):.2g}\n"
+                     f"(uniform would be {uniform:.2g})", fontsize=9)
     for ax in flat:
         ax.set_xticks([])
         ax.set_yticks([])
@@ -102,7 +106,9 @@ def plot_encoder_attention(image: Image.Image, weights: Tensor, feature_size: tu
         ax.imshow(image.convert("L"), cmap="gray")
         overlay = ax.imshow(attention.numpy(), cmap="inferno", alpha=0.6, vmin=0.0, vmax=1.0)
         ax.plot(*centre, "o", color=colour, markersize=9, markeredgecolor="white")
-        ax.set_title(f"point {index + 1} (cell {row}, {column})", fontsize=9)
+        peak = float(weights[row * width + column].max())
+        ax.set_title(f"point {index + 1} (cell {row}, {column}): peak {peak:.2g}\n"
+                     f"(uniform would be {1 / (height * width):.2g})", fontsize=9)
     for ax in axes:
         ax.set_xticks([])
         ax.set_yticks([])

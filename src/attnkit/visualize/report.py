@@ -28,7 +28,7 @@ REPORT_FILE = "report.html"
 ASSETS = "report"
 SAMPLES_FILE = "samples.json"
 MAX_SAMPLES = 4
-BEST = {"translation": ("bleu", "max"), "detection": ("AP", "max")}
+BEST = {"translation": "bleu", "detection": "AP"}  # the validation metric that picks weights/best
 
 
 @dataclass
@@ -112,7 +112,8 @@ def _metrics_section(run: RunFolder) -> str:
         return parts[0] + "\n<p>No metrics were logged yet.</p>"
     if valid:
         parts.append(f"<p>Validation at step {valid[-1]['step']}:</p>" + _table([_numbers(valid[-1])]))
-        name, mode = BEST.get(run.kind, ("loss", "min"))
+        name = run.config.get("best_metric") or BEST.get(run.kind, "loss")  # a config may name its own
+        mode = "min" if name == "loss" else "max"
         scored = [r for r in valid if isinstance(r.get(name), (int, float))]
         if scored:
             best = (max if mode == "max" else min)(scored, key=lambda r: r[name])
