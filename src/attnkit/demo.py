@@ -73,3 +73,5 @@ def demo(out: Path = typer.Option(Path("runs/demo"), help="Folder for the demo's
             print(f"== {index}/{len(DEMO_PARTS)}: {name} ==")
             part(out / name.replace(" ", "_"))
         print(f"demo outputs: {out.resolve()}")
+        for report in sorted(out.rglob("report.html")):  # written by every training run (attnkit.visualize.report)
+            print(f"run report: {report.resolve()}")

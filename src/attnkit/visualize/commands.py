@@ -117,5 +117,6 @@ def _learned_table(run: Path, weights: str):
     translator = Translator.from_run(run, weights=weights, device="cpu")
     positions = getattr(translator.model, "positions", None)
     if positions is None or not hasattr(positions, "max_len"):
-        raise ConfigError(f"{run} has {translator.config.model.positional_encoding} positions, not a learned table")
+        kind = getattr(translator.config.model, "positional_encoding", "no")  # the RNN baseline has none
+        raise ConfigError(f"{run} has {kind} positions, not a learned table")
     return positions.weight.detach()
