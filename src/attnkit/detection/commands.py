@@ -49,6 +49,7 @@ def train_detection(
     shapes_size: int = typer.Option(128, "--shapes-image-size", help="Image size of `shapes`."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in OUT where it stopped."),
     device: str = typer.Option(None, "--device", help="cpu or cuda (default: cuda when available)."),
+    workers: int = typer.Option(None, "--workers", help="Data-loading processes (default: 0 on a CPU, 4 on a GPU)."),
 ) -> None:
     """Train a DETR detector on DATA; writes the run folder OUT."""
     with user_errors():
@@ -59,13 +60,13 @@ def train_detection(
         shapes = ShapesConfig(image_size=shapes_size, train_images=shapes_images, val_images=shapes_val_images)
         assignments = list(set_) + ([f"model.arch={arch}"] if arch else []) + (["train.flip=false"] if no_flip else [])
         train(out, data, budget, preset, assignments, shapes, (images, annotations), (val_images, val_annotations),
-              backbone_weights, eval_every_minutes, resume, _device(device))
+              backbone_weights, eval_every_minutes, resume, _device(device), workers=workers)
 
 
 def train(out: Path, data: str | None, budget, preset_name: str = "small", assignments: list[str] = (),
           shapes=None, train_paths=(None, None), val_paths=(None, None), backbone_weights: Path | None = None,
           eval_every_minutes: float = 2.0, resume: bool = False, device: torch.device = torch.device("cpu"),
-          progress: bool = True):
+          progress: bool = True, workers: int | None = None):
     """Resolve the config and the data, create (or reopen) the run folder and train; returns the Trainer's result."""
     from attnkit.detection.shapes import ShapesConfig
     from attnkit.detection.sources import open_split, split_paths
@@ -87,7 +88,12 @@ def train(out: Path, data: str | None, budget, preset_name: str = "small", assig
     val_set = open_split(split_paths(config.data if val_paths[0] is None else None, "val", run.path, shapes,
                                      *val_paths), eval_transforms(t.val_size, t.max_size))
     check_categories(config, val_set.coco)
-    task = DetectionTask(config, train_set, val_set, device, backbone_weights if not resume else None)
+    if workers is None:
+        workers = 4 if device.type == "cuda" else 0
+    if workers < 0:
+        raise ConfigError(f"--workers must be 0 or more, got {workers}")
+    task = DetectionTask(config, train_set, val_set, device, backbone_weights if not resume else None,
+                         workers=workers)
     parameters = sum(p.numel() for p in task.model.parameters())
     print(f"model: {config.model.arch} {config.model.backbone}, {parameters / 1e6:.1f}M parameters, "
           f"{config.model.num_classes} classes, {config.model.num_queries} queries, on {device}")

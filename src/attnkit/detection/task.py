@@ -2,9 +2,10 @@
 
 AdamW with the backbone at its own learning rate (1e-5 in the paper, 1e-4 elsewhere), weight decay
 1e-4, the learning rates divided by 10 after `lr_drop_epochs`; the loop clips gradients (0.1).
-A batch is a list of dataset indices drawn with a generator seeded by (seed, epoch) and loaded,
-with augmentation seeded by (seed, epoch, batch), only when `train_step` uses it: the same
-epoch always gives the same batches, and resuming skips the used ones without loading them.
+A batch is a list of dataset indices drawn with a generator seeded by (seed, epoch), loaded with
+augmentation seeded by (seed, epoch, batch), in DataLoader workers if asked: the same epoch
+always gives the same batches, whatever the number of workers, so a resumed run sees the
+batches an uninterrupted one would have.
 """
 
 from __future__ import annotations
@@ -35,20 +36,37 @@ class BatchRef:
     seed: int
 
 
-class EpochBatches:
+def epoch_refs(size: int, batch_size: int, seed: int, epoch: int) -> list[BatchRef]:
     """The batches of one epoch: a seeded shuffle of the dataset, cut into `batch_size` pieces."""
+    generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
+    order = torch.randperm(size, generator=generator).tolist()
+    return [BatchRef(tuple(order[i:i + batch_size]), seed * 1_000_003 + epoch * 10_007 + i)
+            for i in range(0, size, batch_size)]
 
-    def __init__(self, size: int, batch_size: int, seed: int, epoch: int) -> None:
-        generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
-        order = torch.randperm(size, generator=generator).tolist()
-        self.refs = [BatchRef(tuple(order[i:i + batch_size]), seed * 1_000_003 + epoch * 10_007 + i)
-                     for i in range(0, size, batch_size)]
+
+def load_batch(dataset: CocoDetection, ref: BatchRef) -> tuple[Tensor, Tensor, list[dict[str, Any]]]:
+    """Images (batch, 3, H, W), padding mask (batch, H, W) and targets, augmented with the batch's own seed."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(ref.seed)
+        state = random.getstate()
+        random.seed(ref.seed)
+        try:
+            return collate([dataset[i] for i in ref.indices])
+        finally:
+            random.setstate(state)
+
+
+class EpochBatches(torch.utils.data.Dataset):
+    """One epoch's batches, loaded on demand (in DataLoader workers when there are any)."""
+
+    def __init__(self, dataset: CocoDetection, refs: list[BatchRef]) -> None:
+        self.dataset, self.refs = dataset, refs
 
     def __len__(self) -> int:
         return len(self.refs)
 
-    def __iter__(self):
-        return iter(self.refs)
+    def __getitem__(self, index: int) -> tuple[Tensor, Tensor, list[dict[str, Any]]]:
+        return load_batch(self.dataset, self.refs[index])
 
 
 def criterion_of(config: DetectionConfig) -> SetCriterion:
@@ -65,8 +83,8 @@ class DetectionTask:
 
     def __init__(self, config: DetectionConfig, train_set: CocoDetection, val_set: CocoDetection | None,
                  device: torch.device | str = "cpu", backbone_weights: Path | None = None,
-                 eval_batch_size: int = 8) -> None:
-        self.config, self.train_set, self.val_set = config, train_set, val_set
+                 eval_batch_size: int = 8, workers: int = 0) -> None:
+        self.config, self.train_set, self.val_set, self.workers = config, train_set, val_set, workers
         self.device, self.eval_batch_size = torch.device(device), eval_batch_size
         self.model = build_model(config.model, backbone_weights).to(self.device)
         self.criterion = criterion_of(config).to(self.device)
@@ -79,24 +97,18 @@ class DetectionTask:
         steps_per_epoch = -(-len(train_set) // train.batch_size)
         self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, train.lr_drop_epochs * steps_per_epoch, 0.1)
 
-    def batches(self, epoch: int) -> EpochBatches:
-        return EpochBatches(len(self.train_set), self.config.train.batch_size, self.config.train.seed, epoch)
+    def batches(self, epoch: int) -> torch.utils.data.DataLoader:
+        """The epoch's batches; the same for the same epoch, whatever the number of workers."""
+        train = self.config.train
+        refs = epoch_refs(len(self.train_set), train.batch_size, train.seed, epoch)
+        return torch.utils.data.DataLoader(EpochBatches(self.train_set, refs), batch_size=None, shuffle=False,
+                                           num_workers=self.workers, pin_memory=self.device.type == "cuda",
+                                           persistent_workers=False)
 
-    def load(self, ref: BatchRef) -> tuple[Tensor, Tensor, list[dict[str, Any]]]:
-        """Images (batch, 3, H, W), padding mask (batch, H, W) and targets, augmented with the batch's own seed."""
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(ref.seed)
-            state = random.getstate()
-            random.seed(ref.seed)
-            try:
-                images, mask, targets = collate([self.train_set[i] for i in ref.indices])
-            finally:
-                random.setstate(state)
+    def train_step(self, batch: tuple[Tensor, Tensor, list[dict[str, Any]]]) -> dict[str, Any]:
+        images, mask, targets = batch
+        images, mask = images.to(self.device, non_blocking=True), mask.to(self.device, non_blocking=True)
         targets = [{"labels": t["labels"].to(self.device), "boxes": t["boxes"].to(self.device)} for t in targets]
-        return images.to(self.device), mask.to(self.device), targets
-
-    def train_step(self, batch: BatchRef) -> dict[str, Any]:
-        images, mask, targets = self.load(batch)
         losses = self.criterion(self.model(images, mask), targets)
         return {"loss": losses["loss"], "items": len(images), **{k: losses[k].detach() for k in LOGGED}}
 

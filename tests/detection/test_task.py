@@ -1,0 +1,47 @@
+from dataclasses import replace
+
+import torch
+
+from attnkit.detection.config import DetectionConfig, preset
+from attnkit.detection.data import CocoDetection, resolve_coco
+from attnkit.detection.shapes import ShapesConfig, write_shapes
+from attnkit.detection.task import DetectionTask
+from attnkit.detection.transforms import train_transforms
+
+
+def _task(tmp_path, workers: int) -> DetectionTask:
+    root = write_shapes(tmp_path / "shapes", ShapesConfig(image_size=48, train_images=6, val_images=1))
+    model, train = preset("tiny")
+    config = DetectionConfig(replace(model, num_classes=5), replace(train, batch_size=4, train_scales=(32, 40, 48),
+                                                                    crop_min_fraction=0.5))
+    dataset = CocoDetection(*resolve_coco(root, "train"), train_transforms((32, 40, 48), 96))
+    return DetectionTask(config, dataset, None, workers=workers)
+
+
+def _flat(batches) -> list[torch.Tensor]:
+    return [t for images, mask, targets in batches for t in (images, mask, *[v for d in targets for v in d.values()
+                                                                                if isinstance(v, torch.Tensor)])]
+
+
+def test_an_epoch_gives_the_same_augmented_batches_whatever_the_workers(tmp_path):
+    torch.manual_seed(0)
+    task = _task(tmp_path, workers=0)
+    first, again = _flat(task.batches(3)), _flat(task.batches(3))
+    assert len(task.batches(3)) == 2
+    for a, b in zip(first, again, strict=True):
+        torch.testing.assert_close(a, b)
+    with_workers = _flat(_task(tmp_path, workers=2).batches(3))
+    for a, b in zip(first, with_workers, strict=True):
+        torch.testing.assert_close(a, b)
+    other = _flat(task.batches(4))
+    assert any(a.shape != b.shape or not torch.equal(a, b) for a, b in zip(first, other))
+
+
+def test_optimizer_gives_the_backbone_its_own_learning_rate(tmp_path):
+    task = _task(tmp_path, workers=0)
+    main, backbone = task.optimizer.param_groups
+    train = task.config.train
+    assert main["lr"] == train.lr and backbone["lr"] == train.lr_backbone
+    names = {id(p): n for n, p in task.model.named_parameters()}
+    assert all(names[id(p)].startswith("backbone.") for p in backbone["params"])
+    assert len(main["params"]) + len(backbone["params"]) == len(list(task.model.parameters()))
