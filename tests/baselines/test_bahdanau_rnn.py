@@ -20,15 +20,6 @@ TINY = BahdanauRNNConfig(embedding_dim=24, hidden_size=32, attention_dim=20, dro
                          source_vocab_size=VOCAB, target_vocab_size=VOCAB)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny matrices gain nothing from threads, and on a busy machine their synchronisation dominates."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def model(seed: int = 0, config: BahdanauRNNConfig = TINY) -> BahdanauRNN:
     torch.manual_seed(seed)
     return BahdanauRNN(config).eval()
