@@ -80,8 +80,9 @@ def save_translation_maps(attention, out: Path, stem: str = "") -> list[Path]:
         paths.append(plot_heads(layer[0], out / f"{prefix}encoder_layer{n}.png", source, source,
                                 title=f"encoder self-attention, layer {n}"))
     for n, layer in enumerate(weights.decoder, start=1):
-        paths.append(plot_heads(layer[0], out / f"{prefix}decoder_layer{n}.png", target, target,
-                                title=f"decoder masked self-attention, layer {n}"))
+        paths.append(plot_heads(layer[0], out / f"{prefix}decoder_layer{n}.png", target, attention.target_input_tokens,
+                                title=f"decoder masked self-attention, layer {n}: producing the row's token, "
+                                      f"reading the target so far"))
     return paths
 
 

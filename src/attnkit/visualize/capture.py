@@ -118,6 +118,11 @@ class SentenceAttention:
     target_tokens: list[str]  # the tokens the decoder produced at each position, ending in </s>
     weights: TranslationWeights
 
+    @property
+    def target_input_tokens(self) -> list[str]:
+        """What the decoder read at each position, <s> y_1 ... y_n: the keys of its self-attention."""
+        return ["<s>"] + self.target_tokens[:-1]
+
 
 def sentence_attention(model: nn.Module, tokenizer, source_text: str, target_text: str,
                        max_length: int = 256) -> SentenceAttention:
