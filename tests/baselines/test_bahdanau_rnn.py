@@ -99,9 +99,9 @@ def test_checkpoint_of_the_other_architecture_is_refused(tmp_path):
                                                    d_ff=32, source_vocab_size=VOCAB, target_vocab_size=VOCAB))
     rnn_path = save_weights(tmp_path / "rnn.safetensors", model().state_dict())
     transformer_path = save_weights(tmp_path / "transformer.safetensors", transformer.state_dict())
-    with pytest.raises(CheckpointError, match=r"rnn.safetensors holds the weights of a RNN .* but this model is a Transformer"):
+    with pytest.raises(CheckpointError, match=r"rnn.safetensors holds the weights of an RNN .* but this model is a Transformer"):
         check_architecture(read_weights(rnn_path)[0], "transformer", str(rnn_path))
-    with pytest.raises(CheckpointError, match=r"weights of a Transformer .* but this model is a RNN encoder-decoder"):
+    with pytest.raises(CheckpointError, match=r"weights of a Transformer .* but this model is an RNN encoder-decoder"):
         check_architecture(read_weights(transformer_path)[0], "rnn", str(transformer_path))
     check_architecture(read_weights(rnn_path)[0], "rnn", str(rnn_path))  # the right one passes
 

@@ -65,11 +65,11 @@ def test_translator_refuses_weights_of_the_other_architecture(tmp_path):
                                       source_vocab_size=rnn_config.model.source_vocab_size,
                                       target_vocab_size=rnn_config.model.target_vocab_size)
     transformer_config = dataclasses.replace(rnn_config, arch="transformer", model=transformer_model)
-    for config, weights_of, found in ((transformer_config, BahdanauRNN(rnn_config.model), "RNN encoder-decoder"),
-                                      (rnn_config, Seq2SeqTransformer(transformer_model), "Transformer")):
+    for config, weights_of, found in ((transformer_config, BahdanauRNN(rnn_config.model), "an RNN encoder-decoder"),
+                                      (rnn_config, Seq2SeqTransformer(transformer_model), "a Transformer")):
         run = RunFolder.create(tmp_path / config.arch, "translation", config.to_dict())
         prepared.tokenizer.save(run.path)
         save_weights(run.last_weights, weights_of.state_dict())
-        expected = "Transformer" if config.arch == "transformer" else "RNN encoder-decoder"
-        with pytest.raises(CheckpointError, match=rf"holds the weights of a {found}.* but this model is a {expected}"):
+        expected = "a Transformer" if config.arch == "transformer" else "an RNN encoder-decoder"
+        with pytest.raises(CheckpointError, match=rf"holds the weights of {found}.* but this model is {expected}"):
             Translator.from_run(run.path, weights="last", device="cpu")

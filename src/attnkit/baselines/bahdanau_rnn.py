@@ -38,8 +38,8 @@ from attnkit.nn.additive_attention import AdditiveAttention
 from attnkit.translation.tokenizer import PAD_ID
 
 ARCH = "rnn"
-ARCH_NAMES = {"rnn": "RNN encoder-decoder with additive attention (--arch rnn)",
-              "transformer": "Transformer (--arch transformer)"}
+ARCH_NAMES = {"rnn": "an RNN encoder-decoder with additive attention (--arch rnn)",
+              "transformer": "a Transformer (--arch transformer)"}
 _WEIGHT_PREFIXES = {"rnn": "decoder.cell.", "transformer": "transformer."}  # a key only that architecture has
 
 
@@ -265,7 +265,7 @@ def _with_vocab(config: BahdanauRNNConfig) -> BahdanauRNNConfig:
 
 
 def weights_architecture(tensors: Mapping[str, Tensor]) -> str | None:
-    """"rnn" or "transformer" by the names in a translation model's state dict; None if neither."""
+    """Which translation model saved `tensors`, by their names: "rnn", "transformer", or None if neither."""
     for arch, prefix in _WEIGHT_PREFIXES.items():
         if any(name.startswith(prefix) for name in tensors):
             return arch
@@ -276,5 +276,5 @@ def check_architecture(tensors: Mapping[str, Tensor], arch: str, source: str) ->
     """CheckpointError naming both architectures when `tensors` were saved by the other one than `arch`."""
     found = weights_architecture(tensors)
     if found is not None and found != arch:
-        raise CheckpointError(f"{source} holds the weights of a {ARCH_NAMES[found]}, but this model is a "
+        raise CheckpointError(f"{source} holds the weights of {ARCH_NAMES[found]}, but this model is "
                               f"{ARCH_NAMES.get(arch, arch)}; load it with a run of the same architecture")
