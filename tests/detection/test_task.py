@@ -18,22 +18,30 @@ def _task(tmp_path, workers: int) -> DetectionTask:
     return DetectionTask(config, dataset, None, workers=workers)
 
 
-def _flat(batches) -> list[torch.Tensor]:
-    return [t for images, mask, targets in batches for t in (images, mask, *[v for d in targets for v in d.values()
-                                                                                if isinstance(v, torch.Tensor)])]
+def _flat(task: DetectionTask, epoch: int, start: int = 0) -> list[torch.Tensor]:
+    return [t for images, mask, targets in _loaded(task, epoch, start)
+            for t in (images, mask, *[v for d in targets for v in d.values() if isinstance(v, torch.Tensor)])]
+
+
+def _loaded(task: DetectionTask, epoch: int, start: int = 0) -> list:
+    return [task.load(ref) for ref in task.batches(epoch)[start:]]
 
 
 def test_an_epoch_gives_the_same_augmented_batches_whatever_the_workers(tmp_path):
     torch.manual_seed(0)
     task = _task(tmp_path, workers=0)
-    first, again = _flat(task.batches(3)), _flat(task.batches(3))
+    first, again = _flat(task, 3), _flat(task, 3)
     assert len(task.batches(3)) == 2
     for a, b in zip(first, again, strict=True):
         torch.testing.assert_close(a, b)
-    with_workers = _flat(_task(tmp_path, workers=2).batches(3))
-    for a, b in zip(first, with_workers, strict=True):
+    with_workers = _task(tmp_path, workers=2)
+    for a, b in zip(first, _flat(with_workers, 3), strict=True):
         torch.testing.assert_close(a, b)
-    other = _flat(task.batches(4))
+    second = _loaded(task, 3)[1]
+    resumed = _loaded(with_workers, 3, start=1)[0]  # as after a resume
+    torch.testing.assert_close(resumed[0], second[0])
+    torch.testing.assert_close(resumed[2][0]["boxes"], second[2][0]["boxes"])
+    other = _flat(task, 4)
     assert any(a.shape != b.shape or not torch.equal(a, b) for a, b in zip(first, other))
 
 

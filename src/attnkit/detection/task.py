@@ -3,9 +3,9 @@
 AdamW with the backbone at its own learning rate (1e-5 in the paper, 1e-4 elsewhere), weight decay
 1e-4, the learning rates divided by 10 after `lr_drop_epochs`; the loop clips gradients (0.1).
 A batch is a list of dataset indices drawn with a generator seeded by (seed, epoch), loaded with
-augmentation seeded by (seed, epoch, batch), in DataLoader workers if asked: the same epoch
-always gives the same batches, whatever the number of workers, so a resumed run sees the
-batches an uninterrupted one would have.
+augmentation seeded by (seed, epoch, batch) when `train_step` uses it (by DataLoader workers
+reading ahead, if asked): the same epoch always gives the same batches, whatever the number of
+workers, and resuming skips the used ones without loading them.
 """
 
 from __future__ import annotations
@@ -31,16 +31,18 @@ LOGGED = ("loss_ce", "loss_bbox", "loss_giou", "class_error", "cardinality_error
 
 @dataclass(frozen=True)
 class BatchRef:
-    """Which images make a batch, and the seed of their augmentation."""
+    """Which images make a batch, and the seed of their augmentation; batch `position` of `epoch`."""
     indices: tuple[int, ...]
     seed: int
+    epoch: int = 0
+    position: int = 0
 
 
 def epoch_refs(size: int, batch_size: int, seed: int, epoch: int) -> list[BatchRef]:
     """The batches of one epoch: a seeded shuffle of the dataset, cut into `batch_size` pieces."""
     generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
     order = torch.randperm(size, generator=generator).tolist()
-    return [BatchRef(tuple(order[i:i + batch_size]), seed * 1_000_003 + epoch * 10_007 + i)
+    return [BatchRef(tuple(order[i:i + batch_size]), seed * 1_000_003 + epoch * 10_007 + i, epoch, i // batch_size)
             for i in range(0, size, batch_size)]
 
 
@@ -85,6 +87,7 @@ class DetectionTask:
                  device: torch.device | str = "cpu", backbone_weights: Path | None = None,
                  eval_batch_size: int = 8, workers: int = 0) -> None:
         self.config, self.train_set, self.val_set, self.workers = config, train_set, val_set, workers
+        self._stream, self._next = None, None  # the read-ahead DataLoader and the batch it yields next
         self.device, self.eval_batch_size = torch.device(device), eval_batch_size
         self.model = build_model(config.model, backbone_weights).to(self.device)
         self.criterion = criterion_of(config).to(self.device)
@@ -97,16 +100,25 @@ class DetectionTask:
         steps_per_epoch = -(-len(train_set) // train.batch_size)
         self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, train.lr_drop_epochs * steps_per_epoch, 0.1)
 
-    def batches(self, epoch: int) -> torch.utils.data.DataLoader:
-        """The epoch's batches; the same for the same epoch, whatever the number of workers."""
+    def batches(self, epoch: int) -> list[BatchRef]:
+        """The epoch's batches as references: skipping them (on resume) loads nothing."""
         train = self.config.train
-        refs = epoch_refs(len(self.train_set), train.batch_size, train.seed, epoch)
-        return torch.utils.data.DataLoader(EpochBatches(self.train_set, refs), batch_size=None, shuffle=False,
-                                           num_workers=self.workers, pin_memory=self.device.type == "cuda",
-                                           persistent_workers=False)
+        return epoch_refs(len(self.train_set), train.batch_size, train.seed, epoch)
 
-    def train_step(self, batch: tuple[Tensor, Tensor, list[dict[str, Any]]]) -> dict[str, Any]:
-        images, mask, targets = batch
+    def load(self, ref: BatchRef) -> tuple[Tensor, Tensor, list[dict[str, Any]]]:
+        """The batch REF names; with workers, from a DataLoader that reads ahead through the rest of its epoch."""
+        if self.workers == 0:
+            return load_batch(self.train_set, ref)
+        if self._stream is None or self._next != (ref.epoch, ref.position):
+            rest = self.batches(ref.epoch)[ref.position:]
+            self._stream = iter(torch.utils.data.DataLoader(
+                EpochBatches(self.train_set, rest), batch_size=None, num_workers=self.workers,
+                pin_memory=self.device.type == "cuda"))
+        self._next = (ref.epoch, ref.position + 1)
+        return next(self._stream)
+
+    def train_step(self, batch: BatchRef) -> dict[str, Any]:
+        images, mask, targets = self.load(batch)
         images, mask = images.to(self.device, non_blocking=True), mask.to(self.device, non_blocking=True)
         targets = [{"labels": t["labels"].to(self.device), "boxes": t["boxes"].to(self.device)} for t in targets]
         losses = self.criterion(self.model(images, mask), targets)
