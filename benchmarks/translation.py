@@ -44,7 +44,7 @@ from attnkit.translation.decoding import greedy_decode
 from attnkit.translation.losses import label_smoothed_cross_entropy
 from attnkit.translation.model import Seq2SeqTransformer
 from attnkit.translation.numbers import numbers_splits
-from attnkit.translation.task import prepare, train_run
+from attnkit.translation.task import prepare, resolve_amp, train_run
 from attnkit.translation.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from attnkit.translation.translator import Translator
 from attnkit.translation.commands import score_corpus
@@ -100,14 +100,17 @@ class Marian(torch.nn.Module):
                           decoder_attention_mask=target_input != PAD_ID, use_cache=False).logits
 
 
-def train_batches(model: torch.nn.Module, batches: list, smoothing: float) -> tuple[float, int]:
-    """The plain loop: forward, label-smoothed loss, backward, Adam step; (seconds, tokens)."""
+def train_batches(model: torch.nn.Module, batches: list, smoothing: float, bf16: bool = False) -> tuple[float, int]:
+    """The plain loop: forward, label-smoothed loss, backward, Adam step; (seconds, tokens). bf16: autocast."""
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-4, betas=(0.9, 0.98), eps=1e-9)
     model.train()
     tokens = 0
+    device = next(model.parameters()).device.type
     started = time.perf_counter()
     for batch in batches:
-        loss = label_smoothed_cross_entropy(model(batch.source, batch.target_input), batch.target_output, smoothing)
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
+            logits = model(batch.source, batch.target_input)
+        loss = label_smoothed_cross_entropy(logits, batch.target_output, smoothing)
         optimizer.zero_grad(set_to_none=True)
         (loss / batch.target_tokens).backward()
         optimizer.step()
@@ -152,21 +155,28 @@ def speed(config: TranslationConfig, device: torch.device, batches_count: int, d
     print(f"parameters: attnkit {count(ours) / 1e6:.2f}M, Marian {count(marian) / 1e6:.2f}M (Marian keeps its sinusoidal "
           f"position table as frozen weights); batches of about {config.max_tokens} tokens, {len(epoch)} batches an epoch\n")
     train_batches(ours, epoch[:2], config.label_smoothing), train_batches(marian, epoch[:2], config.label_smoothing)
+    recipe_bf16 = resolve_amp(config.amp, device) == "bf16"  # what `attnkit train translation` uses here
     rows = []
     if not skip_epoch:
-        ours_s, tokens = train_batches(ours, epoch, config.label_smoothing)
+        fp32_s, _ = train_batches(ours, epoch, config.label_smoothing)
         marian_s, _ = train_batches(marian, epoch, config.label_smoothing)
-        rows.append(("one epoch of numbers:de, wall time (s)", f"{ours_s:.1f}", f"{marian_s:.1f}", marian_s / ours_s))
+        rows.append(("one epoch of numbers:de, wall time (s), both fp32", f"{fp32_s:.1f}", f"{marian_s:.1f}",
+                     marian_s / fp32_s))
+        if recipe_bf16:
+            bf16_s, _ = train_batches(ours, epoch, config.label_smoothing, bf16=True)
+            rows.append(("one epoch, wall time (s): attnkit's recipe (bf16 autocast, native here) vs Marian fp32",
+                         f"{bf16_s:.1f}", f"{marian_s:.1f}", marian_s / bf16_s))
     same = epoch[:batches_count]
-    ours_t, marian_t = [], []
-    for _ in range(3):  # alternate, so both see the same machine load
-        seconds, tokens = train_batches(ours, same, config.label_smoothing)
-        ours_t.append(tokens / seconds)
-        seconds, tokens = train_batches(marian, same, config.label_smoothing)
-        marian_t.append(tokens / seconds)
-    ours_tps, marian_tps = statistics.median(ours_t), statistics.median(marian_t)
-    rows.append((f"training tokens/s, {len(same)} identical batches (median of 3)", f"{ours_tps:,.0f}",
-                 f"{marian_tps:,.0f}", ours_tps / marian_tps))
+    for bf16 in ((False, True) if recipe_bf16 else (False,)):
+        ours_t, marian_t = [], []
+        for _ in range(3):  # alternate, so both see the same machine load
+            seconds, tokens = train_batches(ours, same, config.label_smoothing, bf16)
+            ours_t.append(tokens / seconds)
+            seconds, tokens = train_batches(marian, same, config.label_smoothing, bf16)
+            marian_t.append(tokens / seconds)
+        ours_tps, marian_tps = statistics.median(ours_t), statistics.median(marian_t)
+        rows.append((f"training tokens/s, {len(same)} identical batches, both {'bf16 autocast' if bf16 else 'fp32'} "
+                     f"(median of 3)", f"{ours_tps:,.0f}", f"{marian_tps:,.0f}", ours_tps / marian_tps))
     rows += decoding_rows(ours, marian, splits["test"], prepared, device, decode_batch, output_tokens)
     print("| measure | attnkit | Marian | attnkit speed-up |\n|---|---|---|---|")
     for name, a, b, ratio in rows:

@@ -43,7 +43,7 @@ class TranslationConfig:
     adam_eps: float = 1e-9
     grad_clip: float | None = 1.0
     accumulate: int = 1
-    amp: Literal["auto", "off", "bf16", "fp16"] = "auto"  # auto: bf16 on CUDA, off on CPU
+    amp: Literal["auto", "off", "bf16", "fp16"] = "auto"  # auto: bf16 on CUDA and bf16-capable CPUs
     eval_every_minutes: float = 1.0
     eval_sentences: int = 500       # validation sentences translated (greedy) for BLEU at each evaluation
     average_last: int = 5           # checkpoints averaged into weights/average (section 6.1)

@@ -124,9 +124,9 @@ def train_run(config: TranslationConfig, splits: dict[str, Corpus], out: Path, b
     run = RunFolder.create(out, "translation", config.to_dict(), resume=resume)
     if not resume:
         prepared.tokenizer.save(run.path)
-    describe(prepared, device)
+    amp = resolve_amp(config.amp, device)
+    describe(prepared, device, amp)
     task = TranslationTask(config, prepared.tokenizer, prepared.train, splits["valid"], device)
-    amp = config.amp if config.amp != "auto" else ("bf16" if device.type == "cuda" else "off")
     loop = LoopConfig(eval_every_minutes=config.eval_every_minutes, checkpoint_every_minutes=config.eval_every_minutes,
                       grad_clip=config.grad_clip, accumulate=config.accumulate, amp=amp,
                       average_last=config.average_last)
@@ -134,7 +134,23 @@ def train_run(config: TranslationConfig, splits: dict[str, Corpus], out: Path, b
     return run
 
 
-def describe(prepared: Prepared, device: torch.device) -> None:
+def resolve_amp(amp: str, device: torch.device) -> str:
+    """"auto": bf16 autocast on CUDA and on CPUs with native bf16 arithmetic (AVX512-BF16 or AMX), else off."""
+    if amp != "auto":
+        return amp
+    return "bf16" if device.type == "cuda" or (device.type == "cpu" and cpu_has_bf16()) else "off"
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU multiplies bf16 natively (elsewhere bf16 autocast is emulated and slower)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").split()
+    except OSError:  # not Linux: stay in fp32
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def describe(prepared: Prepared, device: torch.device, amp: str = "off") -> None:
     config, tokenizer = prepared.config, prepared.tokenizer
     vocab = (f"joint vocabulary {tokenizer.source_vocab_size}" if tokenizer.joint else
              f"vocabularies {tokenizer.source_vocab_size} (source) + {tokenizer.target_vocab_size} (target)")
@@ -145,7 +161,8 @@ def describe(prepared: Prepared, device: torch.device) -> None:
               f"attention {m.attention_dim}, {parameters / 1e6:.2f}M parameters; {vocab}; {device}")
     else:
         print(f"model: d_model {m.d_model}, {m.num_heads} heads, {m.num_encoder_layers}+{m.num_decoder_layers} layers, "
-              f"d_ff {m.d_ff}, {m.positional_encoding} positions, {parameters / 1e6:.2f}M parameters; {vocab}; {device}")
+              f"d_ff {m.d_ff}, {m.positional_encoding} positions, {parameters / 1e6:.2f}M parameters; {vocab}; {device}"
+          f"{'' if amp == 'off' else f', {amp} autocast'}")
     skipped = f", {prepared.skipped_long} pairs over {config.max_length} tokens skipped" if prepared.skipped_long else ""
     print(f"batches: about {config.max_tokens} tokens each, padding {100 * prepared.padding:.1f}%{skipped}")
 
