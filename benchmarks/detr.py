@@ -4,7 +4,7 @@
     python benchmarks/detr.py --minutes 2 --speed-size 256 --speed-images 2   # a quick check
     python benchmarks/detr.py --skip-training          # speed only
 
-1. Training curve: the `small` preset (ResNet-18, hidden 128, 2+2 layers, 20 queries) trained
+1. Training curve: the `small` preset (ResNet-18, hidden 128, 2+2 layers, 15 queries) trained
    from scratch on the built-in `shapes` for --minutes, validated (COCO AP on shapes val) every
    --eval-every minutes. Training minutes exclude the time spent validating. Writes the run
    folder, a plot of AP/AP50 against minutes, and a markdown table.

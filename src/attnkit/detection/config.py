@@ -113,8 +113,8 @@ def _tuple(value: Any) -> Any:
 
 
 _SMALL_MODEL = DetrConfig(backbone="resnet18", hidden_dim=128, num_heads=8, enc_layers=2, dec_layers=2,
-                          dim_feedforward=512, dropout=0.0, num_queries=20)
-_SMALL_TRAIN = DetectionTrainConfig(lr=3e-4, lr_backbone=3e-4, clip_max_norm=0.1, batch_size=8,
+                          dim_feedforward=512, dropout=0.0, num_queries=15)
+_SMALL_TRAIN = DetectionTrainConfig(lr=3e-4, lr_backbone=3e-4, clip_max_norm=0.1, batch_size=4,
                                     lr_drop_epochs=1000, train_scales=(80, 88, 96, 104, 112), max_size=160,
                                     val_size=96, crop_min_fraction=0.6)
 PRESETS: dict[str, tuple[DetrConfig, DetectionTrainConfig]] = {
