@@ -70,6 +70,7 @@ def hungarian_match(logits: Tensor, boxes: Tensor, targets: Sequence[dict[str, T
             matches.append(Match(empty, empty))
             continue
         matrix = match_cost_matrix(image_logits, image_boxes, labels, target_boxes, cost)
-        rows, cols = linear_sum_assignment(matrix.cpu().numpy())
+        matrix = torch.nan_to_num(matrix, nan=1e8, posinf=1e8, neginf=-1e8)  # a diverged step still matches;
+        rows, cols = linear_sum_assignment(matrix.cpu().numpy())              # its loss is non-finite and skipped
         matches.append(Match(torch.as_tensor(rows, dtype=torch.int64), torch.as_tensor(cols, dtype=torch.int64)))
     return matches
