@@ -54,3 +54,12 @@ def test_run_folder_reloads_as_translator(tmp_path):
     assert len(out) == 2 and all(isinstance(line, str) for line in out)
     assert translator.translate(["seventy-one", "twelve"], beam_size=1) == \
         translator.translate(["seventy-one", "twelve"], beam_size=1)
+
+
+def test_separate_vocabularies_give_separate_source_embedding():
+    splits = numbers_splits(SPEC)
+    prepared = prepare(override(tiny_config(), ["joint_vocab=false"]), splits)
+    assert not prepared.tokenizer.joint and not prepared.config.model.share_embeddings
+    task = TranslationTask(prepared.config, prepared.tokenizer, prepared.train[:4], splits["valid"])
+    assert task.model.source_embedding is not task.model.target_embedding
+    assert task.model.source_embedding.num_embeddings == prepared.tokenizer.source_vocab_size

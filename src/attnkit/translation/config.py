@@ -33,7 +33,7 @@ class TranslationConfig:
     arch: str = "transformer"       # a key of ARCHITECTURES: "rnn" is the baseline of Bahdanau et al. 2015
     model: Seq2SeqConfig | BahdanauRNNConfig = field(default_factory=Seq2SeqConfig)
     vocab_size: int = 8000          # BPE tokens per vocabulary (the paper: 37000 shared for WMT en-de)
-    joint_vocab: bool = True        # one vocabulary for both sides, all embeddings shared
+    joint_vocab: bool = True        # one vocabulary for both sides (then model.share_embeddings shares all three)
     max_length: int = 256           # longer pairs (in tokens) are skipped and counted
     max_tokens: int = 25000         # padded tokens per batch per side (section 5.1)
     label_smoothing: float = 0.1    # section 5.4
@@ -61,8 +61,6 @@ class TranslationConfig:
             raise ConfigError(f"arch '{self.arch}' needs a {ARCHITECTURES[self.arch][0].__name__} model config")
         if self.vocab_size < 16:
             raise ConfigError(f"vocab_size must be at least 16, got {self.vocab_size}")
-        if self.joint_vocab is False and self.model.share_embeddings:
-            raise ConfigError("model.share_embeddings needs joint_vocab (one vocabulary for both sides)")
         for name in ("max_length", "max_tokens", "warmup_steps", "accumulate", "eval_sentences", "beam_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")

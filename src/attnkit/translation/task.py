@@ -105,7 +105,8 @@ def prepare(config: TranslationConfig, splits: dict[str, Corpus], tokenizer_fold
         tokenizer = SubwordTokenizer.train([p.source for p in train], [p.target for p in train], config.vocab_size,
                                            joint=config.joint_vocab)
     model = dataclasses.replace(config.model, source_vocab_size=tokenizer.source_vocab_size,
-                                target_vocab_size=tokenizer.target_vocab_size)
+                                target_vocab_size=tokenizer.target_vocab_size,
+                                share_embeddings=config.model.share_embeddings and tokenizer.joint)
     config = dataclasses.replace(config, model=model)
     examples, skipped = make_examples(tokenizer.encode_source([p.source for p in train]),
                                       tokenizer.encode_target([p.target for p in train]), config.max_length)
