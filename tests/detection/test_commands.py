@@ -105,3 +105,16 @@ def test_train_on_explicit_images_and_annotations(tmp_path, coco_writer):
     assert "validating on the training images" in result.output
     result = invoke("train", "detection", "--out", out, "--steps", "2", "--resume")
     assert result.exit_code == 2 and "--images/--annotations" in result.output
+
+
+def test_bad_data_leaves_no_run_folder(tmp_path, coco_writer):
+    images = [{"id": 1, "file_name": "a.png", "width": 32, "height": 32}]
+    folder, path = coco_writer(tmp_path / "d", images, [], [{"id": 1, "name": "x"}])
+    (tmp_path / "bad.json").write_text('{"images": [], "annotations": [], "categories": [{"id": 2}]}')
+    out = tmp_path / "run"
+    result = invoke("train", "detection", "--images", folder, "--annotations", path, "--val-images", folder,
+                    "--val-annotations", tmp_path / "bad.json", "--out", out, "--preset", "tiny")
+    assert result.exit_code == 2 and "categories [2] differ" in result.output
+    result = invoke("train", "detection", "--data", "shapes", "--out", out, "--backbone-weights", tmp_path / "no.pth")
+    assert result.exit_code == 2 and "no.pth" in result.output
+    assert not out.exists()

@@ -10,7 +10,7 @@ import torch
 import typer
 
 from attnkit.cli import app, data_app, eval_app, train_app
-from attnkit.errors import ConfigError, DataError, user_errors
+from attnkit.errors import CheckpointError, ConfigError, DataError, user_errors
 
 DATA_HELP = "shapes (built in) or a COCO-layout folder (train2017/, val2017/, annotations/instances_*.json)."
 
@@ -69,39 +69,51 @@ def train(out: Path, data: str | None, budget, preset_name: str = "small", assig
           progress: bool = True, workers: int | None = None):
     """Resolve the config and the data, create (or reopen) the run folder and train; returns the Trainer's result."""
     from attnkit.detection.shapes import ShapesConfig
-    from attnkit.detection.sources import open_split, split_paths
     from attnkit.detection.task import DetectionTask
-    from attnkit.detection.transforms import eval_transforms, train_transforms
     from attnkit.training import LoopConfig, RunFolder, Trainer
 
-    config = _resolve_config(out, resume, preset_name, list(assignments), data, train_paths, shapes,
-                             backbone_weights)
-    shapes = ShapesConfig(**config.shapes) if config.data == "shapes" else ShapesConfig()
-    run = RunFolder.create(out, "detection", config.to_dict(), resume=resume)
-    t = config.train
-    train_set = open_split(split_paths(config.data if train_paths[0] is None else None, "train", run.path, shapes,
-                                       *train_paths), train_transforms(t.train_scales, t.max_size, t.flip,
-                                                                       t.crop_min_fraction), for_evaluation=False)
-    if val_paths[0] is None and train_paths[0] is not None:
-        print("data: no --val-images/--val-annotations; validating on the training images")
-        val_paths = train_paths
-    val_set = open_split(split_paths(config.data if val_paths[0] is None else None, "val", run.path, shapes,
-                                     *val_paths), eval_transforms(t.val_size, t.max_size))
-    check_categories(config, val_set.coco)
-    if workers is None:
-        workers = 4 if device.type == "cuda" else 0
+    shapes = shapes or ShapesConfig()
+    workers = (4 if device.type == "cuda" else 0) if workers is None else workers
     if workers < 0:
         raise ConfigError(f"--workers must be 0 or more, got {workers}")
+    if backbone_weights is not None and not resume and not Path(backbone_weights).is_file():
+        raise CheckpointError(f"{backbone_weights}: backbone weights file not found")
+    config = _resolve_config(out, resume, preset_name, list(assignments), data, train_paths, shapes,
+                             backbone_weights)
+    shapes = ShapesConfig(**config.shapes) if config.data == "shapes" else shapes
+    if config.data != "shapes":  # read the user's data before creating the run folder
+        train_set, val_set = _open_splits(config, out, shapes, train_paths, val_paths)
+    run = RunFolder.create(out, "detection", config.to_dict(), resume=resume)
+    if config.data == "shapes":
+        train_set, val_set = _open_splits(config, run.path, shapes, train_paths, val_paths)
     task = DetectionTask(config, train_set, val_set, device, backbone_weights if not resume else None,
                          workers=workers)
     parameters = sum(p.numel() for p in task.model.parameters())
     print(f"model: {config.model.arch} {config.model.backbone}, {parameters / 1e6:.1f}M parameters, "
           f"{config.model.num_classes} classes, {config.model.num_queries} queries, on {device}")
     loop = LoopConfig(eval_every_minutes=eval_every_minutes, checkpoint_every_minutes=eval_every_minutes,
-                      grad_clip=t.clip_max_norm or None, amp="bf16" if device.type == "cuda" else "off")
+                      grad_clip=config.train.clip_max_norm or None, amp="bf16" if device.type == "cuda" else "off")
     result = Trainer(task, run, budget, loop, progress=progress).fit(resume=resume)
     print(f"run folder: {run.path}")
     return result
+
+
+def _open_splits(config, run: Path, shapes, train_paths, val_paths):
+    """The training split (augmented) and the validation split (evaluation transforms) of the run's data."""
+    from attnkit.detection.sources import open_split, split_paths
+    from attnkit.detection.transforms import eval_transforms, train_transforms
+
+    t = config.train
+    train_set = open_split(split_paths(config.data if train_paths[0] is None else None, "train", run, shapes,
+                                       *train_paths), train_transforms(t.train_scales, t.max_size, t.flip,
+                                                                       t.crop_min_fraction), for_evaluation=False)
+    if val_paths[0] is None and train_paths[0] is not None:
+        print("data: no --val-images/--val-annotations; validating on the training images")
+        val_paths = train_paths
+    val_set = open_split(split_paths(config.data if val_paths[0] is None else None, "val", run, shapes,
+                                     *val_paths), eval_transforms(t.val_size, t.max_size))
+    check_categories(config, val_set.coco)
+    return train_set, val_set
 
 
 def _resolve_config(out: Path, resume: bool, preset_name: str, assignments: list[str], data: str | None,
