@@ -263,14 +263,26 @@ def crossover(rows: list[dict[str, Any]], part: str) -> str:
     times = {(r["arch"], r["length"]): r["ms"] for r in rows if r["part"] == part and "ms" in r}
     lengths = sorted({length for arch, length in times if (("rnn", length) in times and ("transformer", length) in times)})
     if not lengths:
-        return "not measured"
+        return "not measured at any common length"
+    measured = f"at {lengths[0]}" if len(lengths) == 1 else f"at every length measured ({lengths[0]} to {lengths[-1]})"
     slower = [length for length in lengths if times[("transformer", length)] > times[("rnn", length)]]
     if not slower:
-        return f"the Transformer is faster at every length measured ({lengths[0]} to {lengths[-1]})"
+        return f"the Transformer is faster {measured}"
     if len(slower) == len(lengths):
-        return f"the RNN is faster at every length measured ({lengths[0]} to {lengths[-1]})"
+        return f"the RNN is faster {measured}"
     return (f"the Transformer is slower at {', '.join(map(str, slower))} and faster at "
             f"{', '.join(str(x) for x in lengths if x not in slower)}")
+
+
+def longest_input(rows: list[dict[str, Any]], part: str) -> str:
+    """The longest input each architecture ran within the time and memory limits, and its peak memory."""
+    found = []
+    for arch in ARCHS:
+        done = [r for r in rows if r["part"] == part and r["arch"] == arch and "ms" in r]
+        if done:
+            last = max(done, key=lambda r: r["length"])
+            found.append(f"{arch} {last['length']} tokens ({last['ms'] / 1000:.2f} s, {last['peak_mib']:.0f} MiB)")
+    return ", ".join(found) or "none"
 
 
 def print_tables(results: dict[str, Any]) -> None:
@@ -330,7 +342,8 @@ def conclusion(results: dict[str, Any]) -> list[str]:
                          f"({'Transformer' if t < r else 'RNN'} faster by {max(t, r) / min(t, r):.2f}x).")
     if results.get("lengths"):
         for part in PARTS:
-            lines.append(f"Forward+backward of the {part} against input length: {crossover(results['lengths'], part)}.")
+            lines.append(f"Forward+backward of the {part} against input length: {crossover(results['lengths'], part)}; "
+                         f"longest input run within the limits: {longest_input(results['lengths'], part)}.")
     for task, rows in results.get("quality", {}).items():
         t, r = rows["transformer"], rows["rnn"]
         lines.append(f"Quality on {task} after the same training time: exact match {t['exact_match']:.1f}% (Transformer) "
