@@ -70,6 +70,30 @@ def test_greedy_cached_equals_uncached_and_beam_one_equals_greedy():
     assert len(beam_search(rnn, source, beam_size=4, extra_length=6)) == 3
 
 
+class WithoutCache:
+    """The same model through the protocol without its cache: every step recomputes the whole prefix."""
+
+    def __init__(self, model: BahdanauRNN) -> None:
+        self.model = model
+
+    def encode(self, source, source_padding_mask):
+        return self.model.encode(source, source_padding_mask)
+
+    def start_cache(self, encoded):
+        return None
+
+    def decode_step(self, prefix, encoded, cache):
+        return self.model.decode_step(prefix, encoded, None)
+
+
+def test_beam_search_reorders_the_cache_correctly():
+    rnn, source = model(seed=5), sources()
+    cached = beam_search(rnn, source, beam_size=4, extra_length=6)
+    uncached = beam_search(WithoutCache(rnn), source, beam_size=4, extra_length=6)
+    assert [h.tokens for h in cached] == [h.tokens for h in uncached]
+    assert_close(torch.tensor([h.score for h in cached]), torch.tensor([h.score for h in uncached]))
+
+
 PAIRS = [([5, 6, 7], [7, 6, 5]), ([8, 9], [9, 8, 8]), ([10, 11, 12, 13], [13, 12]), ([5, 13], [4, 5, 13, 4]),
          ([14, 6, 9], [9, 14]), ([7], [7, 7, 7]), ([12, 8, 15, 10, 6], [6, 10, 15, 8, 12]), ([15, 4], [4])]
 
