@@ -37,11 +37,11 @@ def upsample(attention: Tensor, height: int, width: int) -> Tensor:
 
 def plot_object_attention(image: Image.Image, boxes: Sequence[Sequence[float]], labels: Sequence[int],
                           names: Sequence[str], scores: Sequence[float], maps: Tensor, path: Path,
-                          max_objects: int = 6) -> Path:
+                          max_objects: int = 6, caption: str | None = None) -> Path:
     """The image with all boxes, then one panel per object: its attention map (objects, h, w) over the image.
 
     Each map is scaled to its own maximum (the colour bar reads "fraction of this object's peak");
-    the object's box is drawn in its class colour.
+    the object's box is drawn in its class colour. CAPTION titles the first panel.
     """
     count = min(len(boxes), max_objects)
     columns = min(count + 1, 4)
@@ -50,8 +50,9 @@ def plot_object_attention(image: Image.Image, boxes: Sequence[Sequence[float]], 
     flat = list(axes.flat)
     flat[0].imshow(draw_boxes(image, boxes[:count], labels[:count], names[:count], scores[:count]))
     shown = f", {count} shown" if count < len(boxes) else ""
-    flat[0].set_title(f"{len(boxes)} detection(s){shown}" if len(boxes) else "no detection above the threshold",
-                      fontsize=9)
+    if caption is None:
+        caption = f"{len(boxes)} detection(s)" if len(boxes) else "no detection above the threshold"
+    flat[0].set_title(caption + shown, fontsize=9)
     uniform = 1.0 / maps[0].numel() if count else 0.0
     overlay = None
     for index in range(count):
@@ -118,10 +119,11 @@ def plot_encoder_attention(image: Image.Image, weights: Tensor, feature_size: tu
     return _save(fig, path)
 
 
-def detect_with_attention(detector, image: Image.Image, threshold: float = 0.7):
+def detect_with_attention(detector, image: Image.Image, threshold: float = 0.7, at_least: int = 0):
     """Run a `Detector` on one image with capture: (detections above THRESHOLD, their query indices, weights).
 
-    Detections come most confident first, in the original image's pixels, as `Detector.predict` gives them.
+    Detections come most confident first, in the original image's pixels, as `Detector.predict` gives them;
+    when fewer than AT_LEAST pass the threshold, the AT_LEAST most confident queries are returned instead.
     """
     from attnkit.detection.detector import to_uint8_tensor
     from attnkit.detection.postprocess import postprocess
@@ -134,6 +136,8 @@ def detect_with_attention(detector, image: Image.Image, threshold: float = 0.7):
     found = postprocess(weights.outputs["pred_logits"], weights.outputs["pred_boxes"],
                         torch.tensor([pixels.shape[-2:]]))[0]
     queries = (found["scores"] >= threshold).nonzero().flatten()
+    if len(queries) < at_least:
+        queries = found["scores"].argsort(descending=True)[:at_least]
     queries = queries[found["scores"][queries].argsort(descending=True)]
     labels = found["labels"][queries].cpu()
     detections = {"boxes": found["boxes"][queries].cpu(), "scores": found["scores"][queries].cpu(), "labels": labels,
@@ -141,13 +145,19 @@ def detect_with_attention(detector, image: Image.Image, threshold: float = 0.7):
     return detections, queries.cpu(), weights
 
 
+FALLBACK_QUERIES = 3  # shown when nothing passes the threshold (an early run): what the queries look at anyway
+
+
 def save_detection_maps(detector, image: Image.Image, out: Path, stem: str, threshold: float = 0.7) -> list[Path]:
     """<stem>_objects.png (boxes + per-object decoder attention) and <stem>_encoder.png into OUT."""
-    detections, queries, weights = detect_with_attention(detector, image, threshold)
+    detections, queries, weights = detect_with_attention(detector, image, threshold, at_least=FALLBACK_QUERIES)
     maps = weights.cross[-1][0].mean(0)[queries.to(weights.cross[-1].device)].cpu()  # (objects, h, w)
+    below = len(queries) and float(detections["scores"][0]) < threshold
+    caption = f"no detection >= {threshold:g}: the {len(queries)} most confident queries" if below else \
+        f"{len(queries)} detection(s) with score >= {threshold:g}"
     paths = [plot_object_attention(image, detections["boxes"].tolist(), detections["labels"].tolist(),
                                    detections["names"], detections["scores"].tolist(), maps,
-                                   out / f"{stem}_objects.png")]
+                                   out / f"{stem}_objects.png", caption=caption)]
     if weights.encoder:
         paths.append(plot_encoder_attention(image, weights.encoder[-1][0].mean(0).cpu(), weights.feature_size,
                                             out / f"{stem}_encoder.png"))
