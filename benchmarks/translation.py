@@ -18,10 +18,13 @@
       * greedy decoding of 100 output tokens (end of sentence suppressed) for a batch of source
         sentences: attnkit with its key/value cache, attnkit recomputing the prefix, and Marian's
         `generate` (which uses its own cache).
-(c) Real text: no pip package installed here ships a parallel corpus of real sentences (nothing
-    can be downloaded), so this part runs only with --real DATA (a folder with train.*, valid.*
-    [, test.*] in any format `attnkit train translation` reads), training the default preset for
-    --minutes and printing BLEU / chrF against time.
+(c) Real text, with --real: no pip package installed here ships a parallel corpus, but the
+    system does: `--real gettext:de` builds one from the gettext catalogs under
+    /usr/share/locale/de/LC_MESSAGES (English user-interface messages of the installed programs
+    and their German translations, ~30000 pairs of at least three words; untranslated and
+    multi-line entries dropped; 1000 valid and 1000 test pairs held out at random). --real DATA
+    also takes a folder with train.*, valid.* [, test.*] in any format `attnkit train translation`
+    reads. Trains the --preset recipe for --minutes and prints BLEU / chrF against time.
 Tables are markdown, for BENCHMARKS.md.
 """
 
@@ -75,6 +78,37 @@ def _start_time(run: RunFolder) -> float:
     """Clock time when training started: a training record's time less its elapsed training time."""
     first = next(r for r in run.metrics() if "elapsed_s" in r)
     return first["time"] - first["elapsed_s"]
+
+
+def gettext_corpus(language: str, locale_root: Path = Path("/usr/share/locale"), held_out: int = 1000,
+                   seed: int = 0) -> dict[str, Corpus]:
+    """English messages and their translations from the system's compiled gettext catalogs (*.mo)."""
+    import gettext
+    import random
+
+    from attnkit.translation.data import ReadReport, SentencePair
+
+    pairs: dict[str, str] = {}
+    for path in sorted((locale_root / language / "LC_MESSAGES").glob("*.mo")):
+        try:
+            with open(path, "rb") as file:
+                catalog = gettext.GNUTranslations(file)._catalog
+        except (OSError, UnicodeDecodeError):  # a catalog in a legacy encoding: skip it
+            continue
+        for source, target in catalog.items():
+            if isinstance(source, tuple) or not isinstance(target, str):
+                continue  # plural forms
+            source, target = source.strip(), target.strip()
+            if source and target and source != target and "\n" not in source + target \
+                    and len(source.split()) >= 3 and len(source) <= 200:
+                pairs[source] = target
+    if len(pairs) < 3 * held_out:
+        raise SystemExit(f"only {len(pairs)} message pairs under {locale_root}/{language}: too few for a corpus")
+    items = [SentencePair(source, target) for source, target in sorted(pairs.items())]
+    random.Random(seed).shuffle(items)
+    cut = {"test": items[:held_out], "valid": items[held_out:2 * held_out], "train": items[2 * held_out:]}
+    return {split: Corpus(chosen, ReadReport(f"gettext:{language} {split}", pairs=len(chosen)), "en", language)
+            for split, chosen in cut.items()}
 
 
 # ---------------------------------------------------------------- (b) speed
@@ -235,7 +269,7 @@ def main() -> None:
     parser.add_argument("--skip-quality", action="store_true")
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--skip-epoch", action="store_true", help="leave out the full-epoch timing")
-    parser.add_argument("--real", help="a real parallel corpus folder for (c)")
+    parser.add_argument("--real", help="(c): gettext:LANG (the system's catalogs) or a corpus folder")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -246,10 +280,13 @@ def main() -> None:
         speed(preset(args.speed_preset), device, args.speed_batches, args.decode_batch, args.output_tokens,
               args.skip_epoch)
     if args.real:
-        quality(load_splits(args.real), preset(args.preset), args.minutes, args.eval_every, device,
+        language = args.real.partition(":")[2]
+        splits = gettext_corpus(language) if args.real.startswith("gettext:") else load_splits(args.real)
+        print(f"\nreal text {args.real}: " + ", ".join(f"{name} {len(c)} pairs" for name, c in splits.items()))
+        quality(splits, preset(args.preset), args.minutes, args.eval_every, device,
                 f"{args.real}, preset {args.preset}, {args.minutes:g} minutes")
     else:
-        print("\n(c) real text: no installed package ships a parallel corpus; pass --real DATA to measure one")
+        print("\n(c) real text: pass --real gettext:de (the system's translation catalogs) or --real DATA")
 
 
 if __name__ == "__main__":
