@@ -37,8 +37,9 @@ def encoding_matrix(kind: str, length: int, d_model: int, table: Tensor | None =
         return SinusoidalPositionalEncoding(d_model).encoding(length)  # (length, d_model)
     if kind == "learned":
         if table is None:
-            torch.manual_seed(0)
-            table = LearnedPositionalEmbedding(length, d_model).weight.detach()  # untrained: its random start
+            with torch.random.fork_rng(devices=[]):  # a fixed picture, without moving the caller's generator
+                torch.manual_seed(0)
+                table = LearnedPositionalEmbedding(length, d_model).weight.detach()  # untrained: its random start
         return table[:length].float()
     if kind == "rotary":
         return RotaryEmbedding(d_model).angles(length).cos()  # (length, d_model / 2)
@@ -113,7 +114,9 @@ def _distance_panel(ax, kind: str, similarity: Tensor) -> None:
         ax.plot(offsets.numpy(), similarity[start, start:].numpy(), label=f"from position {start}", linewidth=1.3)
     ax.set_xlabel("distance j - i")
     ax.set_ylabel("score" if kind == "rotary" else "cosine similarity")
-    ax.set_title("against distance j - i (one curve from any start:\nthe encoding is relative)", fontsize=10)
+    note = "curves agree only where training made it relative" if kind == "learned" else \
+        "one curve from any start: it is relative"
+    ax.set_title(f"similarity against distance j - i\n({note})", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
 
