@@ -55,7 +55,7 @@ def plot_heads(weights: Tensor, path: Path, queries: Sequence[str] | None = None
             continue
         image = _heatmap(ax, weights[head], queries, keys, vmax=vmax, show_queries=head % columns == 0)
         ax.set_title(f"head {head + 1}", fontsize=9)
-    fig.colorbar(image, ax=axes, fraction=0.025, pad=0.01, label="attention weight")
+    fig.colorbar(image, ax=axes, fraction=0.1 / columns, pad=0.01, label="attention weight")
     fig.suptitle(title, fontsize=10)
     fig.supxlabel("key (attended to)", fontsize=9)
     fig.supylabel("query (attending)", fontsize=9)
