@@ -41,6 +41,7 @@ import torch
 from attnkit.translation.config import TranslationConfig, build_model, preset, with_architecture
 from attnkit.translation.data import Corpus, ReadReport, SentencePair
 from attnkit.translation.decoding import greedy_decode
+from attnkit.translation.task import resolve_amp
 from attnkit.translation.tokenizer import EOS_ID, PAD_ID
 
 ARCHS = ("transformer", "rnn")
@@ -51,9 +52,9 @@ SOURCE_LENGTH = 16  # source tokens when timing decoding
 
 
 # ---------------------------------------------------------------- setup
-def matched_configs(preset_name: str) -> dict[str, TranslationConfig]:
+def matched_configs(preset_name: str, amp: str) -> dict[str, TranslationConfig]:
     """The preset as a Transformer, and as the RNN with the same embedding size and parameter count."""
-    base = preset(preset_name)
+    base = dataclasses.replace(preset(preset_name), amp=amp)
     return {arch: with_architecture(base, arch) for arch in ARCHS}
 
 
@@ -174,7 +175,9 @@ def length_point(config: TranslationConfig, part: str, length: int, batch: int, 
     torch.manual_seed(0)
     model = build_model(config).to(device).train()
     vocab = config.model.source_vocab_size
-    amp = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
+    precision = resolve_amp(config.amp, device)  # what training uses here: bf16 on CUDA and bf16-capable CPUs
+    amp = torch.autocast(device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16,
+                         enabled=precision != "off")
 
     def step(length: int) -> None:
         source = torch.randint(4, vocab, (batch, length), device=device)  # (batch, length), no padding
@@ -287,7 +290,8 @@ def longest_input(rows: list[dict[str, Any]], part: str) -> str:
 
 def print_tables(results: dict[str, Any]) -> None:
     setup = results["setup"]
-    print(f"\n## Transformer vs RNN ({setup['preset']} preset, {setup['device']}, {setup['threads']} threads)\n")
+    print(f"\n## Transformer vs RNN ({setup['preset']} preset, {setup['device']}, {setup['threads']} threads, "
+          f"autocast {setup['training_precision']} in training and item 3, fp32 decoding)\n")
     print("| arch | parameters | config |\n|---|---:|---|")
     for arch in ARCHS:
         print(f"| {arch} | {setup['parameters'][arch]:,} | {setup['models'][arch]} |")
@@ -405,11 +409,13 @@ def run_all(args) -> dict[str, Any]:
     from attnkit.translation.data import load_splits
 
     device = torch.device(args.device)
-    configs = matched_configs(args.preset)
+    configs = matched_configs(args.preset, args.amp)
     data = {"numbers:de": load_splits("numbers:de", needed=("train", "valid", "test")), "reverse": reversal_splits()}
     results: dict[str, Any] = {"setup": {"preset": args.preset, "device": str(device), "threads": torch.get_num_threads(),
                                          "minutes": args.minutes, "beam_size": args.beam_size,
-                                         "length_batch": args.length_batch, "quick": args.quick}, "quality": {}}
+                                         "length_batch": args.length_batch, "quick": args.quick,
+                                         "training_precision": resolve_amp(configs["transformer"].amp, device)},
+               "quality": {}}
     with tempfile.TemporaryDirectory(prefix="transformer_vs_rnn-") as temporary:
         folder = Path(temporary)
         for task, splits in data.items():
@@ -455,6 +461,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a smoke run: short training, few lengths, one repeat")
     parser.add_argument("--preset", default="tiny", help="the Transformer preset both architectures are sized by")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--amp", default="auto", choices=["auto", "off", "bf16"],
+                        help="autocast in training and item 3 (auto: bf16 on CUDA and bf16-capable CPUs, as training)")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's; 1 with "
                                                                    "--quick, which only checks that everything runs)")
     parser.add_argument("--minutes", type=float, default=None, help="training time per architecture and task (default 5)")

@@ -157,13 +157,14 @@ def describe(prepared: Prepared, device: torch.device, amp: str = "off") -> None
              f"vocabularies {tokenizer.source_vocab_size} (source) + {tokenizer.target_vocab_size} (target)")
     m = config.model
     parameters = _parameter_count(config)
+    precision = "" if amp == "off" else f", {amp} autocast"
     if config.arch == "rnn":
         print(f"model: RNN with additive attention, embedding {m.embedding_dim}, hidden {m.hidden_size}, "
-              f"attention {m.attention_dim}, {parameters / 1e6:.2f}M parameters; {vocab}; {device}")
+              f"attention {m.attention_dim}, {parameters / 1e6:.2f}M parameters; {vocab}; {device}{precision}")
     else:
         print(f"model: d_model {m.d_model}, {m.num_heads} heads, {m.num_encoder_layers}+{m.num_decoder_layers} layers, "
               f"d_ff {m.d_ff}, {m.positional_encoding} positions, {parameters / 1e6:.2f}M parameters; {vocab}; {device}"
-          f"{'' if amp == 'off' else f', {amp} autocast'}")
+              f"{precision}")
     skipped = f", {prepared.skipped_long} pairs over {config.max_length} tokens skipped" if prepared.skipped_long else ""
     print(f"batches: about {config.max_tokens} tokens each, padding {100 * prepared.padding:.1f}%{skipped}")
 
