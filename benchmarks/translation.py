@@ -1,9 +1,9 @@
 """Translation: quality against training time, and speed against Hugging Face's MarianMT.
 
-    python benchmarks/translation.py                          # all parts: 10 minutes of training, then speed
-    python benchmarks/translation.py --minutes 1 --speed-batches 2 --skip-epoch   # a quick check
-    python benchmarks/translation.py --skip-quality --speed-preset small          # speed only, bigger model
-    python benchmarks/translation.py --real DATA                # also the default recipe on a real corpus
+    python benchmarks/translation.py                 # all parts: 10 min numbers, speed, 10 min real text
+    python benchmarks/translation.py --minutes 1 --speed-batches 2 --skip-epoch --skip-real   # a quick check
+    python benchmarks/translation.py --skip-quality --skip-real --speed-preset small          # speed only
+    python benchmarks/translation.py --skip-quality --skip-speed --real DATA       # another real corpus
 
 (a) Quality: the `tiny` preset trained on `numbers:de` for --minutes (validation every
     --eval-every minutes), then the test split translated with beam 4 from the best weights.
@@ -18,7 +18,7 @@
       * greedy decoding of 100 output tokens (end of sentence suppressed) for a batch of source
         sentences: attnkit with its key/value cache, attnkit recomputing the prefix, and Marian's
         `generate` (which uses its own cache).
-(c) Real text, with --real: no pip package installed here ships a parallel corpus, but the
+(c) Real text: no pip package installed here ships a parallel corpus, but the
     system does: `--real gettext:de` builds one from the gettext catalogs under
     /usr/share/locale/de/LC_MESSAGES (English user-interface messages of the installed programs
     and their German translations, ~30000 pairs of at least three words; untranslated and
@@ -269,7 +269,9 @@ def main() -> None:
     parser.add_argument("--skip-quality", action="store_true")
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--skip-epoch", action="store_true", help="leave out the full-epoch timing")
-    parser.add_argument("--real", help="(c): gettext:LANG (the system's catalogs) or a corpus folder")
+    parser.add_argument("--real", default="gettext:de" if Path("/usr/share/locale/de/LC_MESSAGES").is_dir() else None,
+                        help="(c): gettext:LANG (the system's catalogs; the default where they exist) or a corpus folder")
+    parser.add_argument("--skip-real", action="store_true")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -279,7 +281,7 @@ def main() -> None:
     if not args.skip_speed:
         speed(preset(args.speed_preset), device, args.speed_batches, args.decode_batch, args.output_tokens,
               args.skip_epoch)
-    if args.real:
+    if args.real and not args.skip_real:
         language = args.real.partition(":")[2]
         splits = gettext_corpus(language) if args.real.startswith("gettext:") else load_splits(args.real)
         print(f"\nreal text {args.real}: " + ", ".join(f"{name} {len(c)} pairs" for name, c in splits.items()))
