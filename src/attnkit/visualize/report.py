@@ -27,7 +27,7 @@ from attnkit.training.run_folder import RunFolder
 REPORT_FILE = "report.html"
 ASSETS = "report"
 SAMPLES_FILE = "samples.json"
-MAX_SAMPLES = 4
+MAX_SAMPLES = 3
 BEST = {"translation": "bleu", "detection": "AP"}  # the validation metric that picks weights/best
 
 
@@ -164,7 +164,7 @@ def _translation_predictions(run: RunFolder, samples: Samples, assets: Path) -> 
     from attnkit.visualize.attention_maps import plot_attention, plot_heads
     from attnkit.visualize.capture import sentence_attention
 
-    translator = Translator.from_run(run.path, device="cpu")
+    translator = Translator.from_run(run.path)
     sources = [sample["source"] for sample in samples.texts]
     translations = translator.translate(sources)
     parts = ["<h2>Sample predictions</h2>",
@@ -193,7 +193,7 @@ def _detection_predictions(run: RunFolder, samples: Samples, assets: Path) -> st
     from attnkit.detection.detector import Detector
     from attnkit.visualize.detections import save_detection_maps
 
-    detector = Detector.from_run(run.path, device="cpu")
+    detector = Detector.from_run(run.path)
     parts = ["<h2>Sample predictions</h2>",
              "<p>Detections with score &ge; 0.7 (best weights), each with its object query's decoder attention over "
              "the image (Carion et al. 2020, Figure 6), and the encoder's self-attention of four reference points "
