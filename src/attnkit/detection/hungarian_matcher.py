@@ -9,7 +9,7 @@ solved per image with SciPy's `linear_sum_assignment` (the Hungarian algorithm).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -39,6 +39,9 @@ class Match:
     objects: Tensor  # (matches,) int64
 
 
+CostMatrix = Callable[[Tensor, Tensor, Tensor, Tensor, "MatchCost"], Tensor]
+
+
 def match_cost_matrix(logits: Tensor, boxes: Tensor, labels: Tensor, target_boxes: Tensor,
                       cost: MatchCost) -> Tensor:
     """L_match for every (query, object) pair of one image.
@@ -55,13 +58,15 @@ def match_cost_matrix(logits: Tensor, boxes: Tensor, labels: Tensor, target_boxe
 
 @torch.no_grad()
 def hungarian_match(logits: Tensor, boxes: Tensor, targets: Sequence[dict[str, Tensor]],
-                    cost: MatchCost = MatchCost()) -> list[Match]:
+                    cost: MatchCost = MatchCost(), cost_matrix: CostMatrix | None = None) -> list[Match]:
     """argmin over permutations of sum_i L_match(y_i, y_hat_sigma(i))  (Eq. 1), per image.
 
     logits: (batch, queries, classes + 1); boxes: (batch, queries, 4) normalised cx, cy, w, h;
     targets: per image {"labels": (objects,), "boxes": (objects, 4)}. An image without objects
-    gets an empty match.
+    gets an empty match. cost_matrix: another L_match with `match_cost_matrix`'s arguments
+    (a variant's classification cost, e.g. the focal one); the paper's by default.
     """
+    cost_matrix = cost_matrix or match_cost_matrix
     matches = []
     for image_logits, image_boxes, target in zip(logits.float(), boxes.float(), targets, strict=True):
         labels, target_boxes = target["labels"], target["boxes"].to(image_boxes)
@@ -69,7 +74,7 @@ def hungarian_match(logits: Tensor, boxes: Tensor, targets: Sequence[dict[str, T
             empty = torch.zeros(0, dtype=torch.int64)
             matches.append(Match(empty, empty))
             continue
-        matrix = match_cost_matrix(image_logits, image_boxes, labels, target_boxes, cost)
+        matrix = cost_matrix(image_logits, image_boxes, labels, target_boxes, cost)
         matrix = torch.nan_to_num(matrix, nan=1e8, posinf=1e8, neginf=-1e8)  # a diverged step still matches;
         rows, cols = linear_sum_assignment(matrix.cpu().numpy())              # its loss is non-finite and skipped
         matches.append(Match(torch.as_tensor(rows, dtype=torch.int64), torch.as_tensor(cols, dtype=torch.int64)))

@@ -62,23 +62,47 @@ class SetCriterion(nn.Module):
         return losses
 
     def _layer_losses(self, outputs: dict, targets: Sequence[dict[str, Tensor]], num_boxes: int) -> dict[str, Tensor]:
-        logits, boxes = outputs["pred_logits"], outputs["pred_boxes"]  # (batch, queries, classes + 1), (.., 4)
-        matches = hungarian_match(logits, boxes, targets, self.cost)
+        matches = self.match(outputs, targets)
+        return {**self.classification_losses(outputs, targets, matches, num_boxes),
+                **box_losses(outputs["pred_boxes"], targets, matches, num_boxes)}
+
+    def match(self, outputs: dict, targets: Sequence[dict[str, Tensor]]) -> list[Match]:
+        """The optimal assignment sigma of Eq. 1 for one layer's predictions."""
+        return hungarian_match(outputs["pred_logits"], outputs["pred_boxes"], targets, self.cost)
+
+    def classification_losses(self, outputs: dict, targets: Sequence[dict[str, Tensor]], matches: Sequence[Match],
+                              num_boxes: int) -> dict[str, Tensor]:
+        """The weighted cross-entropy ("no object" for unmatched queries) and the matched queries' class error."""
+        logits = outputs["pred_logits"]  # (batch, queries, classes + 1)
         batch_index, query_index = _flat_indices(matches)
         target_classes = torch.full(logits.shape[:2], self.num_classes, dtype=torch.int64, device=logits.device)
         matched_labels = torch.cat([t["labels"][m.objects] for t, m in zip(targets, matches)]).to(logits.device)
         target_classes[batch_index, query_index] = matched_labels  # (batch, queries), no-object elsewhere
         loss_ce = F.cross_entropy(logits.float().transpose(1, 2), target_classes, self.class_weight.to(logits.device))
-        matched = boxes[batch_index, query_index].float()  # (matches, 4)
-        target_boxes = torch.cat([t["boxes"][m.objects] for t, m in zip(targets, matches)]).to(matched)
-        loss_bbox = F.l1_loss(matched, target_boxes, reduction="sum") / num_boxes
-        giou = torch.diag(generalized_box_iou(box_convert(matched, "cxcywh", "xyxy"),
-                                              box_convert(target_boxes, "cxcywh", "xyxy")))
-        loss_giou = (1 - giou).sum() / num_boxes
-        with torch.no_grad():
-            correct = logits[batch_index, query_index].argmax(-1) == matched_labels
-            class_error = 100 - 100 * correct.float().mean() if len(correct) else logits.new_zeros(())
-        return {"loss_ce": loss_ce, "loss_bbox": loss_bbox, "loss_giou": loss_giou, "class_error": class_error}
+        return {"loss_ce": loss_ce, "class_error": class_error(logits[batch_index, query_index], matched_labels)}
+
+
+def box_losses(boxes: Tensor, targets: Sequence[dict[str, Tensor]], matches: Sequence[Match],
+               num_boxes: int) -> dict[str, Tensor]:
+    """L1 and 1 - GIoU of the matched boxes, each summed and divided by the batch's number of target boxes.
+
+    boxes: (batch, queries, 4) normalised cx, cy, w, h.
+    """
+    batch_index, query_index = _flat_indices(matches)
+    matched = boxes[batch_index, query_index].float()  # (matches, 4)
+    target_boxes = torch.cat([t["boxes"][m.objects] for t, m in zip(targets, matches)]).to(matched)
+    loss_bbox = F.l1_loss(matched, target_boxes, reduction="sum") / num_boxes
+    giou = torch.diag(generalized_box_iou(box_convert(matched, "cxcywh", "xyxy"),
+                                          box_convert(target_boxes, "cxcywh", "xyxy")))
+    return {"loss_bbox": loss_bbox, "loss_giou": (1 - giou).sum() / num_boxes}
+
+
+@torch.no_grad()
+def class_error(matched_logits: Tensor, matched_labels: Tensor) -> Tensor:
+    """100 - accuracy (%) of the matched queries' most likely class; 0 without matches."""
+    if not len(matched_labels):
+        return matched_logits.new_zeros(())
+    return 100 - 100 * (matched_logits.argmax(-1) == matched_labels).float().mean()
 
 
 @torch.no_grad()
