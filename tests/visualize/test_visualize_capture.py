@@ -12,6 +12,7 @@ from torch.testing import assert_close
 from attnkit.baselines.bahdanau_rnn import BahdanauRNN, BahdanauRNNConfig, alignment
 from attnkit.detection.config import DetrConfig
 from attnkit.detection.detr import build_detr
+from attnkit.errors import UserError
 from attnkit.nn import MultiHeadAttention, causal_mask, reference_attention
 from attnkit.translation.model import Seq2SeqConfig, Seq2SeqTransformer
 from attnkit.translation.tokenizer import PAD_ID
@@ -184,3 +185,12 @@ def test_detection_cross_attention_equals_the_reference_formula():
     expected = reference_weights(dict(model.named_modules())[name], calls[name])  # (1, heads, queries, cells)
     assert_close(weights.cross[1].flatten(-2), expected)
     assert math.prod(weights.feature_size) == expected.size(-1)
+
+
+def test_a_detector_without_dense_attention_is_named():
+    class Boxes(torch.nn.Module):  # a detector with no attention module at all
+        def forward(self, images, mask):
+            return {"pred_logits": torch.zeros(1, 2, 3), "pred_boxes": torch.zeros(1, 2, 4)}
+
+    with pytest.raises(UserError, match="Boxes has no dense attention"):
+        capture_detection(Boxes(), torch.zeros(1, 3, 32, 32), torch.zeros(1, 32, 32, dtype=torch.bool))

@@ -27,6 +27,8 @@ from torch import Tensor, nn
 from attnkit.errors import UserError
 from attnkit.nn import capture_attention
 
+_NOT_DENSE = ("{} has no dense attention over one feature map to draw (deformable attention samples a few "
+              "points per query instead); attention maps are drawn for DETR (--arch detr)")
 _LAYER = re.compile(r"(?:^|\.)(encoder|decoder)\.layers\.(\d+)\.(self_attn|multihead_attn)$")
 
 
@@ -95,8 +97,8 @@ def capture_detection(model: nn.Module, images: Tensor, mask: Tensor) -> Detecti
     backbone), so the decoder's attention over the flattened map can be folded back to (height, width).
     """
     projection = getattr(model, "input_proj", None)
-    if not isinstance(projection, nn.Module):
-        raise UserError(f"{type(model).__name__} has no input_proj: cannot tell the feature map's size")
+    if not isinstance(projection, nn.Conv2d):
+        raise UserError(_NOT_DENSE.format(type(model).__name__))
     sizes: list[tuple[int, int]] = []
     handle = projection.register_forward_hook(lambda module, args, out: sizes.append(tuple(out.shape[-2:])))
     try:
@@ -104,8 +106,10 @@ def capture_detection(model: nn.Module, images: Tensor, mask: Tensor) -> Detecti
             outputs = model(images, mask)
     finally:
         handle.remove()
-    height, width = sizes[-1]
     layers = attention_layers(captured)
+    if not layers["cross"] or not sizes:
+        raise UserError(_NOT_DENSE.format(type(model).__name__))
+    height, width = sizes[-1]
     cross = [weights.unflatten(-1, (height, width)) for weights in layers["cross"]]  # (batch, heads, queries, h, w)
     return DetectionWeights(outputs, (height, width), layers["encoder"], layers["decoder"], cross)
 
