@@ -11,6 +11,12 @@ learned, or rotary (applied inside self-attention instead of added).
 
 The model implements the decoding protocol of `attnkit.translation.decoding` (encode,
 start_cache, decode_step), so greedy and beam search use its key/value cache.
+
+Models trained elsewhere differ in details the config states rather than the code special-casing
+them; Marian (opus-mt, Junczys-Dowmunt et al. 2018) is `sinusoid_layout="halves"` (sines in the
+first half of the channels, cosines in the second; positions from 0, no learned offset),
+`activation="silu"` (swish), `final_norm=False` (post-norm without a last LayerNorm),
+`output_bias=True` (a final logits bias) and `suppressed_outputs` (its pad never generated).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit.errors import ConfigError
@@ -46,8 +53,19 @@ class Seq2SeqConfig:
     share_embeddings: bool = True  # source embedding = target embedding (needs a joint vocabulary)
     source_vocab_size: int = 0
     target_vocab_size: int = 0
+    # Details of models trained elsewhere (attnkit.interop); the defaults are the paper's.
+    sinusoid_layout: Literal["interleaved", "halves"] = "interleaved"  # halves: sin | cos (Marian, fairseq)
+    activation: Literal["relu", "gelu", "silu"] = "relu"  # silu = swish (Marian)
+    final_norm: bool = True  # a LayerNorm after the last encoder and decoder layer (none in Marian)
+    scale_embeddings: bool = True  # multiply the embeddings by sqrt(d_model) (section 3.4)
+    output_bias: bool = False  # a bias on the output logits (Marian's final_logits_bias)
+    suppressed_outputs: tuple[int, ...] = ()  # ids decoding never proposes (Marian: its pad, bad_words_ids)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "suppressed_outputs", tuple(int(i) for i in self.suppressed_outputs))
+        if self.sinusoid_layout not in ("interleaved", "halves") or self.activation not in ("relu", "gelu", "silu"):
+            raise ConfigError(f"sinusoid_layout must be interleaved or halves and activation relu, gelu or silu, "
+                              f"got '{self.sinusoid_layout}', '{self.activation}'")
         if self.d_model <= 0 or self.num_heads <= 0 or self.d_model % self.num_heads:
             raise ConfigError(f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})")
         if self.positional_encoding == "rotary" and (self.d_model // self.num_heads) % 2:
@@ -86,9 +104,14 @@ class Seq2SeqTransformer(nn.Module):
         self.source_embedding = self.target_embedding if config.share_embeddings else _embedding(config.source_vocab_size, d)
         self.positions = _positions(config)
         rotary = RotaryEmbedding(d // config.num_heads) if config.positional_encoding == "rotary" else None
+        activation = F.silu if config.activation == "silu" else config.activation
         self.transformer = Transformer(d, config.num_heads, config.num_encoder_layers, config.num_decoder_layers,
-                                       config.d_ff, config.dropout, batch_first=True, norm_first=config.norm_first,
-                                       rotary=rotary)
+                                       config.d_ff, config.dropout, activation, batch_first=True,
+                                       norm_first=config.norm_first, rotary=rotary)
+        if not config.final_norm:
+            self.transformer.encoder.norm = self.transformer.decoder.norm = None
+        if config.output_bias:
+            self.output_bias = nn.Parameter(torch.zeros(config.target_vocab_size))  # (vocab,)
         self.embedding_dropout = nn.Dropout(config.dropout)  # "dropout to the sums of the embeddings and the PE"
 
     def forward(self, source: Tensor, target_input: Tensor) -> Tensor:
@@ -110,7 +133,10 @@ class Seq2SeqTransformer(nn.Module):
             hidden = self._decode(prefix[:, cache.length:], encoded, cache, offset=cache.length)
         else:
             hidden = self._decode(prefix, encoded, None, offset=0)
-        return self._project(hidden[:, -1])
+        logits = self._project(hidden[:, -1])  # (batch, vocab)
+        if self.config.suppressed_outputs:
+            logits[:, list(self.config.suppressed_outputs)] = float("-inf")
+        return logits
 
     def _decode(self, target: Tensor, encoded: EncodedSource, cache: DecoderCache | None, offset: int) -> Tensor:
         y = self._embed(self.target_embedding, target, offset)  # (batch, target_length, d_model)
@@ -118,7 +144,9 @@ class Seq2SeqTransformer(nn.Module):
                                        tgt_is_causal=True, cache=cache)  # (batch, target_length, d_model)
 
     def _embed(self, embedding: nn.Embedding, ids: Tensor, offset: int) -> Tensor:
-        x = embedding(ids) * math.sqrt(self.config.d_model)  # (batch, length, d_model)
+        x = embedding(ids)  # (batch, length, d_model)
+        if self.config.scale_embeddings:
+            x = x * math.sqrt(self.config.d_model)
         if isinstance(self.positions, SinusoidalPositionalEncoding):
             x = x + self._sinusoids(offset + ids.size(1), x)[offset:].to(x.dtype)  # PE(pos): (length, d_model)
         elif self.positions is not None:
@@ -130,11 +158,14 @@ class Seq2SeqTransformer(nn.Module):
         table = getattr(self, "_sinusoid_table", None)
         if table is None or table.size(0) < length or table.device != x.device:
             table = self.positions.encoding(max(length, 256), device=x.device)  # (positions, d_model), fp32
+            if self.config.sinusoid_layout == "halves":  # sin(pos w_0), sin(pos w_1), ..., cos(pos w_0), ...
+                table = torch.cat([table[:, 0::2], table[:, 1::2]], dim=1)
             self._sinusoid_table = table
         return table[:length]
 
     def _project(self, hidden: Tensor) -> Tensor:
-        return hidden @ self.target_embedding.weight.t()  # (..., vocab): the pre-softmax matrix is the embedding
+        logits = hidden @ self.target_embedding.weight.t()  # (..., vocab): the pre-softmax matrix is the embedding
+        return logits + self.output_bias if self.config.output_bias else logits
 
 
 def _embedding(vocab_size: int, d_model: int) -> nn.Embedding:
