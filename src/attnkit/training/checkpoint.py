@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
@@ -40,7 +40,11 @@ _MAX_NAMES = 8  # names listed in an error message before "... and N more"
 
 # ---------------------------------------------------------------- atomic writes
 def atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
-    """Call `write(temporary_path)`, fsync the result and move it onto `path` in one os.replace."""
+    """Call `write(temporary_path)`, fsync the result and move it onto `path` in one os.replace.
+
+    A write that fails (no space left on the device, a quota, a file-size limit) raises a
+    CheckpointError naming `path` and saying that the file already there, if any, is untouched.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
@@ -50,10 +54,20 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
             file.flush()
             os.fsync(file.fileno())
         os.replace(temporary, path)
+    except (OSError, SafetensorError) as error:
+        if isinstance(error, SafetensorError) and "I/O error" not in str(error):
+            raise
+        raise CheckpointError(_write_failure(path, error)) from None
     finally:
         temporary.unlink(missing_ok=True)
     _fsync_folder(path.parent)
     return path
+
+
+def _write_failure(path: Path, error: Exception) -> str:
+    reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+    kept = f"the previous {path.name} is intact" if path.is_file() else "nothing was written"
+    return f"cannot write {path}: {reason}; {kept}"
 
 
 def atomic_write_text(path: Path, text: str) -> Path:

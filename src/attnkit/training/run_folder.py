@@ -31,6 +31,7 @@ from attnkit.training.checkpoint import atomic_write, atomic_write_text, load_tr
 FORMAT_VERSION = 1
 _RESERVED = ("kind", "format_version")
 _STEP_FILE = re.compile(r"step-(\d+)\.safetensors")
+_PARTIAL_FILE = re.compile(r"\..+\.tmp-\d+")  # atomic_write's temporary ".NAME.tmp-PID"
 
 
 class RunFolder:
@@ -58,6 +59,7 @@ class RunFolder:
                                       "choose another --out")
             run = cls.open(path, kind)
             _warn_about_changes(run, dict(config))
+            run.remove_partial_writes()
             return run
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
             raise CheckpointError(f"{path} already exists and is not empty; pass --resume to continue the run "
@@ -171,6 +173,13 @@ class RunFolder:
         if failures:
             raise CheckpointError(f"no usable training state in {self.path / 'state'}: " + "; ".join(failures))
         return None
+
+    def remove_partial_writes(self) -> list[Path]:
+        """Delete the temporary files of writes a killed run left unfinished (never loaded: see atomic_write)."""
+        partial = [path for path in self.path.rglob(".*.tmp-*") if _PARTIAL_FILE.fullmatch(path.name)]
+        for path in partial:
+            path.unlink(missing_ok=True)
+        return partial
 
     # ------------------------------------------------------------ metrics
     def log(self, record: Mapping[str, Any]) -> dict[str, Any]:
