@@ -33,6 +33,13 @@ class DetrConfig:
     num_queries: int = 100
     pre_norm: bool = False  # the paper is post-norm
     aux_loss: bool = True  # a loss after every decoder layer (section 3.2)
+    # read by `fast` only (attnkit.detection.variants); each switches one technique off, for ablations
+    feature_levels: int = 3  # ResNet stages read: 1 = C5 alone (DETR), 3 = C3, C4, C5
+    deformable_attention: bool = True  # multi-scale deformable attention (Zhu et al. 2021) instead of full
+    deformable_points: int = 4  # sampled points per head and level
+    box_refinement: bool = True  # anchor-box queries, refined by every decoder layer
+    focal_loss: bool = True  # sigmoid focal classification loss and matching cost
+    query_groups: int = 3  # query groups trained one-to-one each (Group DETR); 1 = off
 
     def __post_init__(self) -> None:
         if self.backbone not in BACKBONES:
@@ -45,6 +52,9 @@ class DetrConfig:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
         if not 0 <= self.dropout < 1:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+        if not 1 <= self.feature_levels <= 3 or self.deformable_points < 1 or self.query_groups < 1:
+            raise ConfigError(f"feature_levels must be in 1..3, deformable_points and query_groups at least 1, got "
+                              f"{self.feature_levels}, {self.deformable_points}, {self.query_groups}")
 
 
 @dataclass(frozen=True)

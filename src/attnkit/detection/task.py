@@ -18,12 +18,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attnkit.detection.architectures import build_model
+from attnkit.detection.architectures import build_criterion, build_model
 from attnkit.detection.config import DetectionConfig
 from attnkit.detection.data import CocoDetection
 from attnkit.detection.evaluate import evaluate_detector
 from attnkit.detection.hungarian_matcher import MatchCost
-from attnkit.detection.set_criterion import LossWeights, SetCriterion
+from attnkit.detection.set_criterion import LossWeights
 from attnkit.detection.transforms import collate
 
 LOGGED = ("loss_ce", "loss_bbox", "loss_giou", "class_error", "cardinality_error")
@@ -71,10 +71,10 @@ class EpochBatches(torch.utils.data.Dataset):
         return load_batch(self.dataset, self.refs[index])
 
 
-def criterion_of(config: DetectionConfig) -> SetCriterion:
+def criterion_of(config: DetectionConfig) -> torch.nn.Module:
     train = config.train
-    return SetCriterion(config.model.num_classes, MatchCost(train.cost_class, train.cost_bbox, train.cost_giou),
-                        LossWeights(train.ce_loss_coef, train.bbox_loss_coef, train.giou_loss_coef, train.eos_coef))
+    return build_criterion(config.model, MatchCost(train.cost_class, train.cost_bbox, train.cost_giou),
+                           LossWeights(train.ce_loss_coef, train.bbox_loss_coef, train.giou_loss_coef, train.eos_coef))
 
 
 class DetectionTask:

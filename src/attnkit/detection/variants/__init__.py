@@ -1,0 +1,8 @@
+"""Detector variants: one technique per module, assembled by `fast_detr` (`--arch fast`).
+
+`multi_scale_features` (strides 8/16/32), `multi_scale_deformable_attention` (Zhu et al. 2021),
+`deformable_transformer` (its encoder and decoder layers), `box_refinement` (anchor-box queries
+refined layer by layer: Zhu et al. 2021, Liu et al. 2022), `focal_loss` (sigmoid focal
+classification and matching cost), `query_groups` (one-to-many training: Group DETR, Chen et al.
+2023). Each is switched off by a field of `DetrConfig`; with all off `fast` computes DETR.
+"""

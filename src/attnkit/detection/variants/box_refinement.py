@@ -1,0 +1,88 @@
+"""Anchor-box queries refined layer by layer (Zhu et al. 2021, appendix A.4; Liu et al. 2022, DAB-DETR).
+
+DETR's object queries are abstract vectors; here each query is a box (cx, cy, w, h) it starts
+from. Its positional query is MLP(sine(box)) (DAB-DETR, Eq. 2), the deformable cross-attention
+samples around the box, and every decoder layer d predicts a correction in inverse-sigmoid space:
+
+    b_d = sigmoid(Delta_d(h_d) + sigmoid^-1(b_{d-1}))       (Deformable DETR, Eq. 5)
+
+with b_{d-1} detached, as the paper does, so each layer learns its own correction.
+`LearnedQueries` is DETR's form (learned query_pos, boxes from the hidden state alone), the
+technique switched off.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.detection.detr import MLP
+
+
+def inverse_sigmoid(x: Tensor, eps: float = 1e-5) -> Tensor:
+    x = x.clamp(0, 1)
+    return torch.log(x.clamp(min=eps) / (1 - x).clamp(min=eps))
+
+
+def sine_box_embedding(boxes: Tensor, d_model: int, temperature: float = 10000) -> Tensor:
+    """boxes (..., 4) in [0, 1] -> (..., 2 * d_model): d_model / 2 sine features per coordinate (DAB-DETR)."""
+    half = d_model // 2
+    dim_t = torch.arange(half, dtype=torch.float32, device=boxes.device)
+    dim_t = temperature ** (2 * (dim_t // 2) / half)  # (half,)
+    angles = boxes.float()[..., None] * 2 * math.pi / dim_t  # (..., 4, half)
+    return torch.stack((angles[..., 0::2].sin(), angles[..., 1::2].cos()), -1).flatten(-3)
+
+
+class AnchorBoxQueries(nn.Module):
+    """Learned anchor boxes; positional queries from their sine embedding; one box head per decoder layer."""
+
+    refines = True
+
+    def __init__(self, num_queries: int, d_model: int, num_layers: int) -> None:
+        super().__init__()
+        anchors = torch.rand(num_queries, 4)
+        anchors[:, 2:] = 0.1 + 0.2 * anchors[:, 2:]  # start as middle-sized boxes spread over the image
+        self.anchors = nn.Parameter(inverse_sigmoid(anchors))  # (queries, 4) in inverse-sigmoid space
+        self.position_head = MLP(2 * d_model, d_model, d_model, 2)
+        head = MLP(d_model, d_model, 4, 3)
+        nn.init.zeros_(head.layers[-1].weight)
+        nn.init.zeros_(head.layers[-1].bias)
+        self.bbox_embed = nn.ModuleList(copy.deepcopy(head) for _ in range(num_layers))
+        self.d_model = d_model
+
+    def initial(self, batch: int, queries: int) -> Tensor:
+        return self.anchors[:queries].sigmoid().unsqueeze(0).expand(batch, -1, -1)  # (batch, queries, 4)
+
+    def query_pos(self, reference: Tensor, batch: int = 0, queries: int = 0) -> Tensor:
+        return self.position_head(sine_box_embedding(reference, self.d_model))  # (batch, queries, d_model)
+
+    def boxes(self, layer: int, hidden: Tensor, reference: Tensor) -> Tensor:
+        """Eq. 5: this layer's boxes (batch, queries, 4) from its output and the previous layer's boxes."""
+        return (self.bbox_embed[layer](hidden) + inverse_sigmoid(reference)).sigmoid()
+
+
+class LearnedQueries(nn.Module):
+    """DETR's object queries: a learned query_pos, boxes = sigmoid(MLP(h)); a fixed reference point
+    sigmoid(Linear(query_pos)) for deformable attention (Deformable DETR without refinement)."""
+
+    refines = False
+
+    def __init__(self, num_queries: int, d_model: int, with_reference: bool) -> None:
+        super().__init__()
+        self.query_embed = nn.Embedding(num_queries, d_model)
+        self.bbox_embed = MLP(d_model, d_model, 4, 3)
+        self.reference_points = nn.Linear(d_model, 2) if with_reference else None
+
+    def initial(self, batch: int, queries: int) -> Tensor | None:
+        if self.reference_points is None:
+            return None
+        return self.reference_points(self.query_embed.weight[:queries]).sigmoid().unsqueeze(0).expand(batch, -1, -1)
+
+    def query_pos(self, reference: Tensor | None, batch: int = 0, queries: int = 0) -> Tensor:
+        return self.query_embed.weight[:queries].unsqueeze(0).expand(batch, -1, -1)  # (batch, queries, d_model)
+
+    def boxes(self, layer: int, hidden: Tensor, reference: Tensor | None) -> Tensor:
+        return self.bbox_embed(hidden).sigmoid()  # (batch, queries, 4)

@@ -1,0 +1,163 @@
+"""`fast`: DETR's set prediction with the techniques that make it converge fast (`--arch fast`).
+
+    levels   = CNN(image)[C3, C4, C5]                  multi_scale_features (strides 8, 16, 32)
+    memory   = Encoder(levels)                          deformable self-attention (linear in pixels)
+    boxes_0  = learned anchor boxes                     box_refinement
+    h_d      = DecoderLayer_d(h_{d-1}, MLP(sine(boxes_{d-1})), memory sampled around boxes_{d-1})
+    boxes_d  = sigmoid(Delta_d(h_d) + sigmoid^-1(boxes_{d-1}))
+    classes  = sigmoid(Linear(h_d))                     focal_loss
+    training: G query groups, each matched one-to-one  query_groups; inference: the first group
+
+Each technique is one module, switched off by one `DetrConfig` field (`feature_levels=1`,
+`deformable_attention`, `box_refinement`, `focal_loss`, `query_groups=1`); with all of them off
+this model computes DETR (`attnkit.detection.detr`) exactly, from the same building blocks. Its
+output is the shared one (`pred_logits` in DETR's classes + 1 form, `pred_boxes`,
+`aux_outputs`), plus `class_logits` (sigmoid form) with the focal loss and `group_outputs` in
+training with several groups, so the matcher, post-processing, evaluation and CLI serve it as is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.detection.backbone import Backbone
+from attnkit.detection.config import DetrConfig
+from attnkit.detection.detr import detr_transformer
+from attnkit.detection.hungarian_matcher import MatchCost
+from attnkit.detection.set_criterion import LossWeights, SetCriterion
+from attnkit.detection.variants.box_refinement import AnchorBoxQueries, LearnedQueries
+from attnkit.detection.variants.deformable_transformer import (DeformableDecoderLayer, DeformableEncoder,
+                                                               DeformableEncoderLayer)
+from attnkit.detection.variants.focal_loss import PRIOR_BIAS, FocalSetCriterion, softmax_form
+from attnkit.detection.variants.multi_scale_features import FlatLevels, LevelProjection, MultiScaleJoiner
+from attnkit.detection.variants.query_groups import GroupCriterion, group_attention_mask, split_groups
+from attnkit.nn import PositionEmbeddingSine2D, TransformerDecoderLayer, TransformerEncoder
+
+
+class DenseEncoder(nn.Module):
+    """DETR's encoder (full self-attention over all keys) under the deformable encoder's signature."""
+
+    def __init__(self, encoder: TransformerEncoder) -> None:
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, src: Tensor, pos: Tensor, padding: Tensor, shapes: Sequence[tuple[int, int]],
+                valid_ratios: Tensor) -> Tensor:
+        return self.encoder(src, src_key_padding_mask=padding, pos=pos)  # (batch, keys, d_model)
+
+
+class DenseDecoderLayer(nn.Module):
+    """DETR's decoder layer (full cross-attention, `pos` on the keys) under the deformable layer's signature."""
+
+    def __init__(self, layer: TransformerDecoderLayer) -> None:
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x: Tensor, query_pos: Tensor, reference: Tensor | None, memory: Tensor, pos: Tensor,
+                padding: Tensor, shapes: Sequence[tuple[int, int]], self_mask: Tensor | None) -> Tensor:
+        return self.layer(x, memory, tgt_mask=self_mask, memory_key_padding_mask=padding, pos=pos,
+                          query_pos=query_pos)  # (batch, queries, d_model)
+
+
+class QueryDecoder(nn.Module):
+    """The decoder layers run one by one, each reading (and, with refinement, moving) the queries' references."""
+
+    def __init__(self, layers: list[nn.Module], norm: nn.LayerNorm,
+                 queries: AnchorBoxQueries | LearnedQueries) -> None:
+        super().__init__()
+        self.layers, self.norm, self.queries = nn.ModuleList(layers), norm, queries
+
+    def forward(self, memory: Tensor, levels: FlatLevels, num_queries: int,
+                self_mask: Tensor | None) -> tuple[Tensor, Tensor]:
+        """memory: (batch, keys, d_model) -> hidden states (layers, batch, queries, d_model) and boxes
+        (layers, batch, queries, 4), each layer's output through the shared final norm (DETR)."""
+        batch = len(memory)
+        reference = self.queries.initial(batch, num_queries)  # (batch, queries, 4 or 2) or None
+        x = memory.new_zeros(batch, num_queries, memory.shape[-1])  # DETR's zero content queries
+        hidden, boxes = [], []
+        for index, layer in enumerate(self.layers):
+            query_pos = self.queries.query_pos(reference, batch, num_queries)  # (batch, queries, d_model)
+            x = layer(x, query_pos, level_reference(reference, levels.valid_ratios), memory, levels.pos,
+                      levels.padding, levels.shapes, self_mask)
+            hidden.append(self.norm(x))
+            boxes.append(self.queries.boxes(index, hidden[-1], reference))
+            reference = boxes[-1].detach() if self.queries.refines else reference
+        return torch.stack(hidden), torch.stack(boxes)
+
+
+def level_reference(reference: Tensor | None, valid_ratios: Tensor) -> Tensor | None:
+    """Image-normalised references (batch, queries, 2 or 4) -> in each level's padded map (batch, queries, levels, ...)."""
+    if reference is None:
+        return None
+    ratios = valid_ratios if reference.shape[-1] == 2 else torch.cat([valid_ratios, valid_ratios], -1)
+    return reference[:, :, None] * ratios[:, None]
+
+
+class FastDETR(nn.Module):
+    """Backbone levels, encoder, query decoder, class head; groups of queries in training only."""
+
+    def __init__(self, backbone: MultiScaleJoiner, input_proj: LevelProjection, encoder: nn.Module,
+                 decoder: QueryDecoder, num_classes: int, num_queries: int, groups: int = 1, focal: bool = False,
+                 aux_loss: bool = True) -> None:
+        super().__init__()
+        self.backbone, self.input_proj, self.encoder, self.decoder = backbone, input_proj, encoder, decoder
+        self.num_queries, self.groups, self.focal, self.aux_loss = num_queries, groups, focal, aux_loss
+        self.class_embed = nn.Linear(decoder.norm.normalized_shape[0], num_classes + (0 if focal else 1))
+        if focal:
+            nn.init.constant_(self.class_embed.bias, PRIOR_BIAS)
+
+    def forward(self, images: Tensor, mask: Tensor) -> dict:
+        """images (batch, 3, H, W), mask (batch, H, W) True on padding -> the shared detector output."""
+        levels = self.input_proj(self.backbone(images, mask))
+        memory = self.encoder(levels.src, levels.pos, levels.padding, levels.shapes, levels.valid_ratios)
+        groups = self.groups if self.training else 1
+        self_mask = group_attention_mask(groups, self.num_queries, memory.device)
+        hidden, boxes = self.decoder(memory, levels, groups * self.num_queries, self_mask)
+        logits = self.class_embed(hidden)  # (layers, batch, groups * queries, classes [+ 1])
+        per_layer = [self._layer_output(l, b) for l, b in zip(logits, boxes)]
+        first, *others = split_groups(per_layer, groups)
+        output = set_output(first, self.aux_loss)
+        if others:
+            output["group_outputs"] = [set_output(group, self.aux_loss) for group in others]
+        return output
+
+    def _layer_output(self, logits: Tensor, boxes: Tensor) -> dict[str, Tensor]:
+        if not self.focal:
+            return {"pred_logits": logits, "pred_boxes": boxes}
+        return {"pred_logits": softmax_form(logits), "pred_boxes": boxes, "class_logits": logits}
+
+
+def set_output(per_layer: list[dict[str, Tensor]], aux: bool) -> dict:
+    """The last layer's predictions, the earlier layers' as `aux_outputs` (when AUX)."""
+    return {**per_layer[-1], "aux_outputs": per_layer[:-1] if aux else []}
+
+
+def build_fast_detr(config: DetrConfig, backbone_weights: Path | None = None) -> FastDETR:
+    """FastDETR from its config; the technique fields choose the modules."""
+    d, levels = config.hidden_dim, config.feature_levels
+    position = PositionEmbeddingSine2D(d // 2, normalize=True)
+    backbone = MultiScaleJoiner(Backbone(config.backbone, config.dilation, config.frozen_batchnorm, backbone_weights),
+                                position, levels)
+    if config.deformable_attention:
+        sizes = (d, config.num_heads, config.dim_feedforward, config.dropout, levels, config.deformable_points)
+        encoder = DeformableEncoder([DeformableEncoderLayer(*sizes) for _ in range(config.enc_layers)])
+        layers = [DeformableDecoderLayer(*sizes) for _ in range(config.dec_layers)]
+    else:
+        transformer = detr_transformer(config)
+        encoder, layers = DenseEncoder(transformer.encoder), [DenseDecoderLayer(l) for l in transformer.decoder.layers]
+    total = config.num_queries * config.query_groups
+    queries = (AnchorBoxQueries(total, d, config.dec_layers) if config.box_refinement
+               else LearnedQueries(total, d, with_reference=config.deformable_attention))
+    return FastDETR(backbone, LevelProjection(backbone.num_channels, d), encoder,
+                    QueryDecoder(layers, nn.LayerNorm(d), queries), config.num_classes, config.num_queries,
+                    config.query_groups, config.focal_loss, config.aux_loss)
+
+
+def build_fast_criterion(config: DetrConfig, cost: MatchCost, weights: LossWeights) -> nn.Module:
+    """The set criterion the config's techniques need: focal classification, averaged over query groups."""
+    criterion = (FocalSetCriterion if config.focal_loss else SetCriterion)(config.num_classes, cost, weights)
+    return GroupCriterion(criterion) if config.query_groups > 1 else criterion

@@ -1,0 +1,102 @@
+"""Multi-scale deformable attention (Zhu et al. 2021, Deformable DETR, section 4.1, Eq. 3).
+
+    MSDeformAttn(z_q, p_q, {x^l}) = sum_m W_m [ sum_l sum_k A_mlqk * W'_m x^l(phi_l(p_q) + delta p_mlqk) ]
+
+Each query attends to K sampled points per head m and feature level l around its reference point
+p_q, instead of to every key: the offsets delta p and the weights A (softmax over the L*K points)
+are linear functions of the query. Sampling is bilinear, written with `grid_sample` (pure
+PyTorch, no compiled kernel). A 4-d reference (a box cx, cy, w, h) scales the offsets by half
+the box size (the paper's iterative refinement variant, appendix A.4).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def deformable_sampling(value: Tensor, shapes: Sequence[tuple[int, int]], locations: Tensor,
+                        weights: Tensor) -> Tensor:
+    """The inner sums of Eq. 3: bilinearly sampled values, weighted by A.
+
+    value: (batch, keys, heads, head_dim), the levels' (height, width) maps flattened one after the
+    other; locations: (batch, queries, heads, levels, points, 2) as (x, y) in [0, 1] of each map;
+    weights: (batch, queries, heads, levels, points). Returns (batch, queries, heads * head_dim).
+    Points outside a map read zeros.
+    """
+    batch, _, heads, head_dim = value.shape
+    queries, levels, points = locations.shape[1], locations.shape[3], locations.shape[4]
+    grids = 2 * locations - 1  # grid_sample's [-1, 1] coordinates
+    sampled = []
+    for level, value_level in enumerate(value.split([h * w for h, w in shapes], dim=1)):
+        height, width = shapes[level]
+        value_level = value_level.permute(0, 2, 3, 1).reshape(batch * heads, head_dim, height, width)
+        grid = grids[:, :, :, level].transpose(1, 2).flatten(0, 1)  # (batch * heads, queries, points, 2)
+        sampled.append(F.grid_sample(value_level, grid.to(value_level.dtype), mode="bilinear",
+                                     padding_mode="zeros", align_corners=False))  # (batch * heads, dim, q, points)
+    sampled = torch.stack(sampled, dim=-2).flatten(-2)  # (batch * heads, head_dim, queries, levels * points)
+    weights = weights.transpose(1, 2).reshape(batch * heads, 1, queries, levels * points)
+    output = (sampled * weights.to(sampled.dtype)).sum(-1)  # (batch * heads, head_dim, queries)
+    return output.view(batch, heads * head_dim, queries).transpose(1, 2)  # (batch, queries, heads * head_dim)
+
+
+class MultiScaleDeformableAttention(nn.Module):
+    """Eq. 3 with M heads, L levels and K points per head and level; batch first throughout."""
+
+    def __init__(self, d_model: int, num_heads: int, num_levels: int, num_points: int) -> None:
+        super().__init__()
+        if d_model % num_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
+        self.num_heads, self.num_levels, self.num_points = num_heads, num_levels, num_points
+        self.sampling_offsets = nn.Linear(d_model, num_heads * num_levels * num_points * 2)
+        self.attention_weights = nn.Linear(d_model, num_heads * num_levels * num_points)
+        self.value_proj = nn.Linear(d_model, d_model)
+        self.output_proj = nn.Linear(d_model, d_model)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """The paper's start: offsets point to a ring of K points per head direction, weights uniform."""
+        nn.init.zeros_(self.sampling_offsets.weight)
+        angles = torch.arange(self.num_heads, dtype=torch.float32) * (2 * math.pi / self.num_heads)
+        directions = torch.stack([angles.cos(), angles.sin()], -1)  # (heads, 2)
+        directions = directions / directions.abs().max(-1, keepdim=True).values
+        ring = directions[:, None, None, :] * torch.arange(1, self.num_points + 1)[None, None, :, None]
+        with torch.no_grad():
+            self.sampling_offsets.bias.copy_(ring.expand(-1, self.num_levels, -1, -1).flatten())
+        nn.init.zeros_(self.attention_weights.weight)
+        nn.init.zeros_(self.attention_weights.bias)
+        for linear in (self.value_proj, self.output_proj):
+            nn.init.xavier_uniform_(linear.weight)
+            nn.init.zeros_(linear.bias)
+
+    def forward(self, query: Tensor, reference: Tensor, value: Tensor, shapes: Sequence[tuple[int, int]],
+                padding: Tensor | None = None) -> Tensor:
+        """query: (batch, queries, d_model); reference: (batch, queries, levels, 2 or 4) in [0, 1] of each
+        level's map; value: (batch, keys, d_model) with keys = sum of h * w over SHAPES; padding:
+        (batch, keys), True where a key is padding. Returns (batch, queries, d_model)."""
+        batch, queries, _ = query.shape
+        value = self.value_proj(value)
+        if padding is not None:
+            value = value.masked_fill(padding[..., None], 0.0)
+        value = value.unflatten(-1, (self.num_heads, -1))  # (batch, keys, heads, head_dim)
+        offsets = self.sampling_offsets(query).view(batch, queries, self.num_heads, self.num_levels,
+                                                    self.num_points, 2)
+        weights = self.attention_weights(query).view(batch, queries, self.num_heads, -1).softmax(-1)
+        weights = weights.view(batch, queries, self.num_heads, self.num_levels, self.num_points)
+        locations = sampling_locations(reference, offsets, shapes)
+        return self.output_proj(deformable_sampling(value, shapes, locations, weights))
+
+
+def sampling_locations(reference: Tensor, offsets: Tensor, shapes: Sequence[tuple[int, int]]) -> Tensor:
+    """phi_l(p_q) + delta p: reference (batch, queries, levels, 2 or 4), offsets (batch, queries, heads,
+    levels, points, 2) in pixels of each level (a point reference) or in units of half the box over
+    K (a box reference) -> (batch, queries, heads, levels, points, 2)."""
+    if reference.shape[-1] == 2:
+        size = torch.tensor([[w, h] for h, w in shapes], dtype=offsets.dtype, device=offsets.device)  # (levels, 2)
+        return reference[:, :, None, :, None, :] + offsets / size[None, None, None, :, None, :]
+    centre, size = reference[:, :, None, :, None, :2], reference[:, :, None, :, None, 2:]
+    return centre + offsets / offsets.shape[-2] * size * 0.5

@@ -1,0 +1,47 @@
+"""One-to-many training with query groups (Chen et al. 2023, Group DETR, section 3).
+
+One-to-one matching gives each object a single positive query per image, a slow teacher. Group
+DETR trains G independent groups of object queries at once: self-attention stays within a group
+(a block-diagonal mask), each group is matched one-to-one on its own, and the loss is the mean
+over groups, so every object gets G positive queries per step. Only the first group is used at
+inference, so the model stays a set predictor with no duplicate removal (no NMS), and its
+inference cost is that of one group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+
+def group_attention_mask(groups: int, queries: int, device: torch.device | None = None) -> Tensor | None:
+    """(groups * queries, groups * queries) bool, True where a query may NOT attend (another group); None for one group."""
+    if groups == 1:
+        return None
+    group = torch.arange(groups * queries, device=device) // queries
+    return group[:, None] != group[None, :]
+
+
+def split_groups(per_layer: list[dict[str, Tensor]], groups: int) -> list[list[dict[str, Tensor]]]:
+    """Per-layer outputs over all groups' queries (batch, groups * queries, ...) -> per group, per layer."""
+    return [[{key: value.chunk(groups, dim=1)[g] for key, value in layer.items()} for layer in per_layer]
+            for g in range(groups)]
+
+
+class GroupCriterion(nn.Module):
+    """The mean over groups of CRITERION: the first group's outputs, then each of `outputs["group_outputs"]`.
+
+    The first group's logged terms are kept; "loss" is the mean of the groups' losses.
+    """
+
+    def __init__(self, criterion: nn.Module) -> None:
+        super().__init__()
+        self.criterion = criterion
+
+    def forward(self, outputs: dict, targets: Sequence[dict[str, Tensor]]) -> dict[str, Tensor]:
+        losses = self.criterion(outputs, targets)
+        others = outputs.get("group_outputs", [])
+        total = losses["loss"] + sum(self.criterion(group, targets)["loss"] for group in others)
+        return {**losses, "loss": total / (1 + len(others))}

@@ -1,0 +1,142 @@
+from dataclasses import replace
+
+import pytest
+import torch
+import torchvision
+
+from attnkit.detection.architectures import build_criterion, build_model
+from attnkit.detection.config import DetrConfig, preset
+from attnkit.detection.hungarian_matcher import MatchCost
+from attnkit.detection.postprocess import postprocess
+from attnkit.detection.set_criterion import LossWeights
+from attnkit.detection.variants.focal_loss import sigmoid_focal_loss, softmax_form
+from attnkit.detection.variants.query_groups import group_attention_mask
+from attnkit.errors import ConfigError
+
+ALL_OFF = dict(feature_levels=1, deformable_attention=False, box_refinement=False, focal_loss=False, query_groups=1)
+OPTIONS = [{}, dict(feature_levels=1), dict(deformable_attention=False), dict(box_refinement=False),
+           dict(focal_loss=False), dict(query_groups=1), ALL_OFF]
+
+
+def _tiny(**fields) -> DetrConfig:
+    return replace(preset("tiny")[0], arch="fast", num_classes=3, dec_layers=2, **fields)
+
+
+def _inputs():
+    images = torch.randn(2, 3, 64, 80)
+    mask = torch.zeros(2, 64, 80, dtype=torch.bool)
+    mask[1, 48:, :] = True  # the second image is smaller: padded below and right
+    mask[1, :, 64:] = True
+    targets = [{"labels": torch.tensor([0, 2]), "boxes": torch.tensor([[0.5, 0.5, 0.3, 0.2], [0.2, 0.3, 0.1, 0.2]])},
+               {"labels": torch.tensor([1]), "boxes": torch.tensor([[0.6, 0.4, 0.2, 0.3]])}]
+    return images, mask, targets
+
+
+def _detr_name(name: str) -> str:
+    """The DETR parameter a `fast` parameter with every technique off corresponds to."""
+    for fast, detr in (("input_proj.proj.0.0.", "input_proj."), ("encoder.encoder.", "transformer.encoder."),
+                       ("decoder.norm.", "transformer.decoder.norm."), ("decoder.queries.query_embed.", "query_embed."),
+                       ("decoder.queries.bbox_embed.", "bbox_embed.")):
+        if name.startswith(fast):
+            return detr + name[len(fast):]
+    if name.startswith("decoder.layers."):
+        index, rest = name[len("decoder.layers."):].split(".layer.", 1)
+        return f"transformer.decoder.layers.{index}.{rest}"
+    return name
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: ",".join(o) or "all-on")
+def test_every_option_gives_the_shared_output_and_gradients(options):
+    torch.manual_seed(0)
+    config = _tiny(**options)
+    model, criterion = build_model(config), build_criterion(config, MatchCost(), LossWeights())
+    images, mask, targets = _inputs()
+    outputs = model(images, mask)
+    assert outputs["pred_logits"].shape == (2, 10, 4) and outputs["pred_boxes"].shape == (2, 10, 4)
+    assert len(outputs["aux_outputs"]) == 1
+    assert len(outputs.get("group_outputs", [])) == config.query_groups - 1
+    criterion(outputs, targets)["loss"].backward()
+    missing = [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    assert not missing
+
+
+def test_with_every_technique_off_fast_computes_detr():
+    torch.manual_seed(0)
+    fast = build_model(_tiny(**ALL_OFF))
+    detr = build_model(replace(_tiny(), arch="detr"))
+    detr_state = detr.state_dict()
+    mapped = {_detr_name(name): tensor for name, tensor in fast.state_dict().items()}
+    assert sorted(mapped) == sorted(detr_state)
+    detr.load_state_dict(mapped)
+    images, mask, _ = _inputs()
+    for mode in (True, False):
+        fast.train(mode), detr.train(mode)
+        ours, theirs = fast(images, mask), detr(images, mask)
+        torch.testing.assert_close(ours["pred_logits"], theirs["pred_logits"])
+        torch.testing.assert_close(ours["pred_boxes"], theirs["pred_boxes"])
+        torch.testing.assert_close(ours["aux_outputs"][0]["pred_boxes"], theirs["aux_outputs"][0]["pred_boxes"])
+
+
+def test_query_groups_train_apart_and_are_inactive_at_inference():
+    torch.manual_seed(0)
+    model = build_model(_tiny(query_groups=3))
+    images, mask, _ = _inputs()
+    model.train()
+    before = model(images, mask)
+    with torch.no_grad():
+        model.decoder.queries.anchors[10:] += 0.5  # move groups 2 and 3 only
+    after = model(images, mask)
+    torch.testing.assert_close(after["pred_boxes"], before["pred_boxes"])  # group 1 does not see the others
+    assert not torch.allclose(after["group_outputs"][0]["pred_boxes"], before["group_outputs"][0]["pred_boxes"])
+    model.eval()
+    evaluated = model(images, mask)
+    assert "group_outputs" not in evaluated and evaluated["pred_boxes"].shape == (2, 10, 4)
+    single = build_model(_tiny(query_groups=1)).eval()
+    state = model.state_dict()
+    state["decoder.queries.anchors"] = state["decoder.queries.anchors"][:10]
+    single.load_state_dict(state)
+    torch.testing.assert_close(single(images, mask)["pred_boxes"], evaluated["pred_boxes"])
+    torch.testing.assert_close(single(images, mask)["pred_logits"], evaluated["pred_logits"])
+
+
+def test_group_attention_mask_is_block_diagonal():
+    expected = torch.tensor([[0, 0, 1, 1], [0, 0, 1, 1], [1, 1, 0, 0], [1, 1, 0, 0]], dtype=torch.bool)
+    torch.testing.assert_close(group_attention_mask(2, 2), expected)
+    assert group_attention_mask(1, 5) is None
+
+
+def test_box_refinement_starts_from_the_anchors_and_adds_corrections():
+    torch.manual_seed(0)
+    model = build_model(_tiny(query_groups=1)).eval()
+    images, mask, _ = _inputs()
+    anchors = model.decoder.queries.anchors.sigmoid()
+    outputs = model(images, mask)  # the correction heads start at zero: every layer returns the anchors
+    torch.testing.assert_close(outputs["aux_outputs"][0]["pred_boxes"], anchors.expand(2, -1, -1))
+    torch.testing.assert_close(outputs["pred_boxes"], anchors.expand(2, -1, -1))
+    with torch.no_grad():
+        model.decoder.queries.bbox_embed[0].layers[-1].bias.fill_(0.5)  # layer 1 moves every box by +0.5 logit
+    outputs = model(images, mask)
+    shifted = torch.sigmoid(torch.logit(anchors) + 0.5).expand(2, -1, -1)
+    torch.testing.assert_close(outputs["aux_outputs"][0]["pred_boxes"], shifted)
+    torch.testing.assert_close(outputs["pred_boxes"], shifted)  # layer 2 refines layer 1's boxes (zero change)
+
+
+def test_focal_loss_equals_torchvision():
+    torch.manual_seed(0)
+    logits, targets = torch.randn(3, 7, 5), (torch.rand(3, 7, 5) > 0.7).float()
+    torch.testing.assert_close(sigmoid_focal_loss(logits, targets),
+                               torchvision.ops.sigmoid_focal_loss(logits, targets, reduction="none"))
+
+
+def test_softmax_form_gives_the_sigmoid_score_of_the_best_class():
+    logits = torch.tensor([[[-1.0, 2.0, 0.5], [-3.0, -4.0, -2.5]]])
+    detections = postprocess(softmax_form(logits), torch.full((1, 2, 4), 0.5), torch.tensor([[10, 10]]))[0]
+    torch.testing.assert_close(detections["scores"], torch.sigmoid(torch.tensor([2.0, -2.5])))
+    torch.testing.assert_close(detections["labels"], torch.tensor([1, 2]))
+
+
+def test_config_refuses_impossible_technique_settings():
+    with pytest.raises(ConfigError, match="feature_levels"):
+        DetrConfig(feature_levels=4)
+    with pytest.raises(ConfigError, match="query_groups"):
+        DetrConfig(query_groups=0)

@@ -1,0 +1,78 @@
+import math
+
+import torch
+
+from attnkit.detection.variants.multi_scale_deformable_attention import (MultiScaleDeformableAttention,
+                                                                         deformable_sampling, sampling_locations)
+
+
+def _bilinear(value_map, x, y):
+    """Hand-written bilinear read of value_map (dim, h, w) at (x, y) in [0, 1], pixel centres at (i + 0.5) / size."""
+    _, height, width = value_map.shape
+    px, py = x * width - 0.5, y * height - 0.5
+    x0, y0 = math.floor(px), math.floor(py)
+    total = torch.zeros(value_map.shape[0], dtype=value_map.dtype)
+    for xi in (x0, x0 + 1):
+        for yi in (y0, y0 + 1):
+            if 0 <= xi < width and 0 <= yi < height:
+                total += (1 - abs(px - xi)) * (1 - abs(py - yi)) * value_map[:, yi, xi]
+    return total
+
+
+def test_deformable_sampling_equals_a_loop_over_points():
+    torch.manual_seed(0)
+    shapes = [(4, 5), (2, 3)]
+    batch, queries, heads, head_dim, points = 2, 3, 2, 4, 3
+    value = torch.randn(batch, sum(h * w for h, w in shapes), heads, head_dim, dtype=torch.float64)
+    locations = torch.rand(batch, queries, heads, len(shapes), points, 2, dtype=torch.float64) * 1.2 - 0.1
+    weights = torch.rand(batch, queries, heads, len(shapes), points, dtype=torch.float64)
+    out = deformable_sampling(value, shapes, locations, weights)
+    expected = torch.zeros(batch, queries, heads * head_dim, dtype=torch.float64)
+    maps = value.split([h * w for h, w in shapes], dim=1)
+    for b in range(batch):
+        for q in range(queries):
+            for m in range(heads):
+                for level, (h, w) in enumerate(shapes):
+                    value_map = maps[level][b, :, m].T.reshape(head_dim, h, w)
+                    for k in range(points):
+                        x, y = locations[b, q, m, level, k].tolist()
+                        expected[b, q, m * head_dim:(m + 1) * head_dim] += weights[b, q, m, level, k] * _bilinear(
+                            value_map, x, y)
+    torch.testing.assert_close(out, expected)
+
+
+def test_a_point_at_a_pixel_centre_reads_that_pixel():
+    value = torch.arange(12.0).view(1, 12, 1, 1)  # one level 3 x 4, one head, one channel
+    location = torch.tensor([(2 + 0.5) / 4, (1 + 0.5) / 3]).view(1, 1, 1, 1, 1, 2)
+    out = deformable_sampling(value, [(3, 4)], location, torch.ones(1, 1, 1, 1, 1))
+    torch.testing.assert_close(out, torch.tensor([[[6.0]]]))  # row 1, column 2
+
+
+def test_box_references_scale_offsets_by_half_the_box():
+    reference = torch.tensor([0.5, 0.5, 0.2, 0.4]).view(1, 1, 1, 4)
+    offsets = torch.tensor([2.0, -2.0]).view(1, 1, 1, 1, 1, 2).expand(1, 1, 1, 1, 2, 2)  # 2 points
+    locations = sampling_locations(reference, offsets, [(8, 8)])
+    torch.testing.assert_close(locations[0, 0, 0, 0, 0], torch.tensor([0.5 + 2 / 2 * 0.1, 0.5 - 2 / 2 * 0.2]))
+
+
+def test_module_shapes_gradients_and_padding():
+    torch.manual_seed(0)
+    attention = MultiScaleDeformableAttention(d_model=16, num_heads=4, num_levels=2, num_points=2)
+    for linear in (attention.sampling_offsets, attention.attention_weights):  # zero at init: the query is not read
+        torch.nn.init.normal_(linear.weight, std=0.2)
+    shapes = [(6, 6), (3, 3)]
+    query = torch.randn(2, 5, 16, requires_grad=True)
+    value = torch.randn(2, 45, 16, requires_grad=True)
+    reference = torch.rand(2, 5, 2, 2)
+    padding = torch.zeros(2, 45, dtype=torch.bool)
+    out = attention(query, reference, value, shapes, padding)
+    assert out.shape == (2, 5, 16)
+    out.sum().backward()
+    assert query.grad.abs().sum() > 0 and value.grad.abs().sum() > 0
+    assert all(p.grad is not None for p in attention.parameters())
+    # padded keys are never read: changing them changes nothing
+    padding[:, -9:] = True
+    changed = value.detach().clone()
+    changed[:, -9:] = 100.0
+    torch.testing.assert_close(attention(query, reference, value, shapes, padding),
+                               attention(query, reference, changed, shapes, padding))
