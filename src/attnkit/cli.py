@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "attnkit.translation.commands",
     "attnkit.detection.commands",
     "attnkit.visualize.commands",
+    "attnkit.interop.commands",
 ]
 
 

@@ -22,7 +22,8 @@ from torch import Tensor
 from attnkit.detection.architectures import build_model
 from attnkit.detection.config import DetectionConfig, DetectionTrainConfig, DetrConfig
 from attnkit.errors import CheckpointError, ConfigError
-from attnkit.interop.weights_files import fuse_qkv, load_all_or_nothing, read_hf_folder, read_torch_file
+from attnkit.interop.weights_files import (fuse_qkv, hf_layer_to_torch, load_all_or_nothing, read_hf_folder,
+                                          read_torch_file)
 
 # COCO 2017 category id -> name; "N/A" where COCO has no category (DETR predicts ids directly, 91 labels).
 COCO_91 = ("N/A", "person", "bicycle", "car", "motorcycle", "airplane", "bus", "train", "truck", "boat",
@@ -46,12 +47,6 @@ HF_TO_OFFICIAL = [
     (r"^model\.encoder\.layernorm\.", "transformer.encoder.norm."),
     (r"^model\.(encoder|decoder)\.layers\.(\d+)\.", r"transformer.\1.layers.\2."),
 ]
-LAYER_TO_OFFICIAL = {  # inside a layer: HF -> official (encoder: final_layer_norm is norm2, decoder: norm3)
-    "self_attn.o_proj.": "self_attn.out_proj.", "self_attn.out_proj.": "self_attn.out_proj.",
-    "encoder_attn.o_proj.": "multihead_attn.out_proj.", "encoder_attn.out_proj.": "multihead_attn.out_proj.",
-    "self_attn_layer_norm.": "norm1.", "encoder_attn_layer_norm.": "norm2.",
-    "mlp.fc1.": "linear1.", "mlp.fc2.": "linear2.", "fc1.": "linear1.", "fc2.": "linear2.",
-}
 BACKBONE_PREFIXES = ("model.backbone.conv_encoder.model.", "model.backbone.model.")
 
 
@@ -88,14 +83,7 @@ def _official_name(name: str) -> str:
     match = re.match(r"^(transformer\.(encoder|decoder)\.layers\.\d+\.)(.*)$", name)
     if match:
         head, side, rest = match.groups()
-        for old, new in LAYER_TO_OFFICIAL.items():
-            if rest.startswith(old):
-                rest = new + rest[len(old):]
-                break
-        else:
-            if rest.startswith("final_layer_norm."):
-                rest = ("norm2." if side == "encoder" else "norm3.") + rest[len("final_layer_norm."):]
-        name = head + rest
+        name = head + hf_layer_to_torch(rest, side)
     return name
 
 

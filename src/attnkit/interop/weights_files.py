@@ -65,6 +65,38 @@ def read_hf_weights(folder: Path) -> dict[str, Tensor]:
     raise CheckpointError(f"{folder}: no model.safetensors or pytorch_model.bin")
 
 
+# Inside one layer: Hugging Face's BART-style names (4.x and 5.x) -> torch.nn's (which attnkit's layers keep).
+HF_LAYER_TO_TORCH = {
+    "self_attn.o_proj.": "self_attn.out_proj.", "self_attn.out_proj.": "self_attn.out_proj.",
+    "encoder_attn.o_proj.": "multihead_attn.out_proj.", "encoder_attn.out_proj.": "multihead_attn.out_proj.",
+    "self_attn_layer_norm.": "norm1.", "encoder_attn_layer_norm.": "norm2.",
+    "mlp.fc1.": "linear1.", "mlp.fc2.": "linear2.", "fc1.": "linear1.", "fc2.": "linear2.",
+}
+
+
+def hf_layer_to_torch(name: str, side: str) -> str:
+    """A name inside an encoder or decoder layer (`side`), HF -> torch; `final_layer_norm` is norm2 / norm3."""
+    for old, new in HF_LAYER_TO_TORCH.items():
+        if name.startswith(old):
+            return new + name[len(old):]
+    if name.startswith("final_layer_norm."):
+        return ("norm2." if side == "encoder" else "norm3.") + name[len("final_layer_norm."):]
+    return name
+
+
+def torch_layer_to_hf(name: str, side: str, out_proj: str = "out_proj", fc: str = "fc") -> str:
+    """The inverse of `hf_layer_to_torch` (q/k/v still packed); out_proj/fc: the target's spelling
+    (5.x DETR: "o_proj", "mlp.fc")."""
+    table = {"self_attn.out_proj.": f"self_attn.{out_proj}.", "multihead_attn.out_proj.": f"encoder_attn.{out_proj}.",
+             "multihead_attn.": "encoder_attn.", "norm1.": "self_attn_layer_norm.",
+             "norm2.": "final_layer_norm." if side == "encoder" else "encoder_attn_layer_norm.",
+             "norm3.": "final_layer_norm.", "linear1.": f"{fc}1.", "linear2.": f"{fc}2."}
+    for old, new in table.items():
+        if name.startswith(old):
+            return new + name[len(old):]
+    return name
+
+
 def fuse_qkv(tensors: dict[str, Tensor], prefix: str, target: str) -> None:
     """Separate q/k/v projections at `prefix.{q,k,v}_proj` -> torch's packed `target.in_proj_{weight,bias}`, in place."""
     for kind in ("weight", "bias"):

@@ -7,7 +7,8 @@ Hugging Face `tokenizers`. Words are split at spaces with a sentencepiece-style 
 decoding restores the text exactly: what BLEU scores is the detokenized sentence.
 
 Saved in the run folder as `tokenizer.json` (joint) or `source_tokenizer.json` +
-`target_tokenizer.json` (separate), and reloaded with it.
+`target_tokenizer.json` (separate), and reloaded with it. A run imported from a SentencePiece
+model (Marian) loads a `SentencePieceTokenizer` instead (sentencepiece_tokenizer.py).
 """
 
 from __future__ import annotations
@@ -83,6 +84,9 @@ class SubwordTokenizer:
     @classmethod
     def load(cls, folder: Path | str) -> SubwordTokenizer:
         folder = Path(folder)
+        from attnkit.translation import sentencepiece_tokenizer as spm  # imported models (attnkit.interop)
+        if (folder / spm.VOCAB_FILE).is_file():
+            return spm.SentencePieceTokenizer.load(folder)
         if (folder / JOINT_FILE).is_file():
             tokenizer = _load(folder / JOINT_FILE)
             return cls(tokenizer, tokenizer)

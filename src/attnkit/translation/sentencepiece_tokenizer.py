@@ -1,0 +1,101 @@
+"""SentencePiece tokenization (Kudo and Richardson 2018) with one shared piece vocabulary, as
+Marian's opus-mt models use: a SentencePiece model per side segments the text into pieces, and a
+vocabulary maps each piece to an id (a piece it lacks is <unk>).
+
+The ids follow attnkit's convention (tokenizer.py: <pad> 0, <s> 1, </s> 2, <unk> 3, then the
+pieces), so batching, decoding and the losses work unchanged; `attnkit.interop.marian_import`
+orders an imported vocabulary this way. A leading language token (`>>fr<<`, multi-target models)
+is kept whole, as MarianTokenizer does.
+
+Saved in the run folder as source.spm, target.spm and sentencepiece_vocab.json (the pieces in
+id order); `SubwordTokenizer.load` returns this tokenizer when it finds them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import sentencepiece
+
+from attnkit.errors import CheckpointError
+from attnkit.translation.tokenizer import SPECIAL_TOKENS, UNK_ID
+
+VOCAB_FILE, SOURCE_MODEL, TARGET_MODEL = "sentencepiece_vocab.json", "source.spm", "target.spm"
+LANGUAGE_CODE = re.compile(r">>.+<<")
+
+
+class PieceVocabulary:
+    """One side's view of the shared vocabulary (the part of tokenizers.Tokenizer the project uses)."""
+
+    def __init__(self, pieces: Sequence[str]) -> None:
+        self.pieces = list(pieces)
+
+    def id_to_token(self, index: int) -> str | None:
+        return self.pieces[index] if 0 <= index < len(self.pieces) else None
+
+    def get_vocab_size(self) -> int:
+        return len(self.pieces)
+
+
+class SentencePieceTokenizer:
+    """Source and target SentencePiece models over one vocabulary `pieces` (attnkit id order)."""
+
+    def __init__(self, source_model: bytes, target_model: bytes, pieces: Sequence[str]) -> None:
+        if len(pieces) < len(SPECIAL_TOKENS) or len(set(pieces)) != len(pieces):
+            raise CheckpointError("a SentencePiece vocabulary needs the 4 special tokens first and unique pieces")
+        self.source_model, self.target_model, self.pieces = source_model, target_model, list(pieces)
+        self._source_spm = sentencepiece.SentencePieceProcessor(model_proto=source_model)
+        self._target_spm = sentencepiece.SentencePieceProcessor(model_proto=target_model)
+        self._ids = {piece: index for index, piece in enumerate(self.pieces)}
+        self.source = self.target = PieceVocabulary(self.pieces)
+
+    joint = True  # one vocabulary (the model may share all its embeddings)
+
+    @property
+    def source_vocab_size(self) -> int:
+        return len(self.pieces)
+
+    @property
+    def target_vocab_size(self) -> int:
+        return len(self.pieces)
+
+    def encode_source(self, texts: Sequence[str]) -> list[list[int]]:
+        return [self._encode(self._source_spm, text) for text in texts]
+
+    def encode_target(self, texts: Sequence[str]) -> list[list[int]]:
+        return [self._encode(self._target_spm, text) for text in texts]
+
+    def _encode(self, model: sentencepiece.SentencePieceProcessor, text: str) -> list[int]:
+        """Pieces -> ids, no </s> (the batching adds it); a leading `>>xx<<` language token stays one piece."""
+        match = LANGUAGE_CODE.match(text)
+        code = [match.group(0)] if match else []
+        pieces = code + model.encode(LANGUAGE_CODE.sub("", text), out_type=str)
+        return [self._ids.get(piece, UNK_ID) for piece in pieces]
+
+    def decode_target(self, ids: Sequence[Sequence[int]]) -> list[str]:
+        """Ids (specials dropped) -> text, by the target SentencePiece model."""
+        special = len(SPECIAL_TOKENS)
+        return [self._target_spm.decode_pieces([self.pieces[i] for i in sentence if i >= special]).strip()
+                for sentence in ids]
+
+    def save(self, folder: Path | str) -> None:
+        folder = Path(folder)
+        (folder / SOURCE_MODEL).write_bytes(self.source_model)
+        (folder / TARGET_MODEL).write_bytes(self.target_model)
+        (folder / VOCAB_FILE).write_text(json.dumps(self.pieces, ensure_ascii=False, indent=0) + "\n")
+
+    @classmethod
+    def load(cls, folder: Path | str) -> SentencePieceTokenizer:
+        folder = Path(folder)
+        for name in (SOURCE_MODEL, TARGET_MODEL, VOCAB_FILE):
+            if not (folder / name).is_file():
+                raise CheckpointError(f"{folder}: no {name} (a SentencePiece tokenizer needs {SOURCE_MODEL}, "
+                                      f"{TARGET_MODEL} and {VOCAB_FILE})")
+        try:
+            pieces = json.loads((folder / VOCAB_FILE).read_text())
+            return cls((folder / SOURCE_MODEL).read_bytes(), (folder / TARGET_MODEL).read_bytes(), pieces)
+        except (json.JSONDecodeError, RuntimeError, TypeError) as error:
+            raise CheckpointError(f"{folder}: unreadable SentencePiece tokenizer ({error})") from None

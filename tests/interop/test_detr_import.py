@@ -1,0 +1,112 @@
+"""DETR in and out: Hugging Face folders and official-layout checkpoints give the same logits and boxes."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import pytest
+import torch
+from conftest import hf_detr, random_images
+from torch.testing import assert_close
+
+from attnkit.detection.architectures import build_model
+from attnkit.detection.config import DetectionConfig, preset
+from attnkit.errors import CheckpointError
+from attnkit.interop.detr_import import COCO_91, hf_to_official, import_detr
+from attnkit.interop.hf_export import export_hf
+from attnkit.training import RunFolder, load_weights, save_weights
+
+transformers = pytest.importorskip("transformers")
+
+
+def run_model(run) -> torch.nn.Module:
+    folder = RunFolder.open(run.path, "detection")
+    model = build_model(DetectionConfig.from_dict(folder.config).model)
+    load_weights(folder.best_weights, model)
+    return model.eval()
+
+
+def assert_same_detections(model, hf_model, atol=1e-4) -> None:
+    images, mask = random_images()
+    with torch.no_grad():
+        ours = model(images, mask)
+        theirs = hf_model(pixel_values=images, pixel_mask=(~mask).long())
+    assert_close(ours["pred_logits"], theirs.logits, atol=atol, rtol=0)
+    assert_close(ours["pred_boxes"], theirs.pred_boxes, atol=atol, rtol=0)
+
+
+def test_hugging_face_folder_imports_with_the_same_logits_and_boxes(tmp_path):
+    hf_model = hf_detr("basic")
+    hf_model.save_pretrained(tmp_path / "hf")
+    run = import_detr(tmp_path / "hf", tmp_path / "run")
+    config = DetectionConfig.from_dict(run.config)
+    assert (config.model.backbone, config.model.num_heads, config.model.num_classes) == ("resnet18", 4, 5)
+    assert config.class_names == tuple(hf_model.config.id2label[i] for i in range(5))
+    assert_same_detections(run_model(run), hf_model)
+
+
+def test_official_checkpoint_layout_imports_with_the_same_logits_and_boxes(tmp_path):
+    hf_model = hf_detr("bottleneck", seed=3)  # R50, as the released checkpoints
+    official = hf_to_official(hf_model.state_dict())  # the published rename table, inverted
+    assert "transformer.decoder.layers.1.multihead_attn.in_proj_weight" in official
+    assert "backbone.0.body.layer3.5.conv3.weight" in official
+    torch.save({"model": official}, tmp_path / "detr-r50-test.pth")
+    run = import_detr(tmp_path / "detr-r50-test.pth", tmp_path / "run", num_heads=4)
+    assert run.config["model"]["backbone"] == "resnet50"
+    assert_same_detections(run_model(run), hf_model)
+
+
+def test_official_91_class_checkpoint_gets_coco_names(tmp_path):
+    model = build_model(dataclasses.replace(preset("tiny")[0], num_classes=91, frozen_batchnorm=True))
+    torch.save({"model": model.state_dict()}, tmp_path / "detr.pth")
+    run = import_detr(tmp_path / "detr.pth", tmp_path / "run", num_heads=preset("tiny")[0].num_heads)
+    config = DetectionConfig.from_dict(run.config)
+    assert config.class_names == COCO_91 and config.category_ids == tuple(range(91))
+    assert config.class_names[1] == "person" and config.class_names[90] == "toothbrush"
+
+
+def test_a_checkpoint_that_needs_unpickling_is_refused(tmp_path):
+    model = build_model(preset("tiny")[0])
+    torch.save({"model": model.state_dict(), "args": argparse.Namespace(lr=1e-4)}, tmp_path / "train.pth")
+    with pytest.raises(CheckpointError, match="refused"):
+        import_detr(tmp_path / "train.pth", tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_mis_shaped_and_unexpected_tensors_are_named_and_nothing_is_written(tmp_path):
+    state = {k: v for k, v in hf_to_official(hf_detr("basic").state_dict()).items()}
+    state["input_proj.weight"] = state["input_proj.weight"][:, :100]
+    state["extra.weight"] = torch.zeros(3)
+    torch.save({"model": state}, tmp_path / "bad.pth")
+    with pytest.raises(CheckpointError, match=r"input_proj\.weight.*|extra\.weight") as error:
+        import_detr(tmp_path / "bad.pth", tmp_path / "run", num_heads=4)
+    assert "input_proj.weight" in str(error.value) and "extra.weight" in str(error.value)
+    assert not (tmp_path / "run").exists()
+
+
+def test_export_round_trip_loads_in_transformers_with_the_same_outputs(tmp_path):
+    hf_model = hf_detr("basic", seed=5)
+    hf_model.save_pretrained(tmp_path / "hf")
+    run = import_detr(tmp_path / "hf", tmp_path / "run")
+    export_hf(run.path, tmp_path / "exported")
+    reloaded = transformers.DetrForObjectDetection.from_pretrained(tmp_path / "exported").eval()
+    assert_same_detections(run_model(run), reloaded)
+    assert_same_detections(run_model(run), hf_model)
+
+
+def test_a_model_trained_here_exports_to_transformers(tmp_path):
+    torch.manual_seed(0)
+    model_config = dataclasses.replace(preset("tiny")[0], num_classes=3)
+    model = build_model(model_config).eval()
+    with torch.no_grad():
+        for name, buffer in model.named_buffers():
+            if name.endswith("running_var"):
+                buffer.uniform_(0.5, 1.5)
+    config = DetectionConfig(model=model_config, class_names=("circle", "square", "triangle"))
+    run = RunFolder.create(tmp_path / "run", "detection", config.to_dict())
+    save_weights(run.last_weights, model.state_dict())
+    export_hf(run.path, tmp_path / "exported", weights="last")
+    reloaded = transformers.DetrForObjectDetection.from_pretrained(tmp_path / "exported").eval()
+    assert reloaded.config.id2label[1] == "square"
+    assert_same_detections(model, reloaded)
