@@ -45,6 +45,7 @@ def write_marian_folder(folder: Path, seed: int = 0) -> Path:
         activation_function="swish", scale_embedding=True, pad_token_id=pad, decoder_start_token_id=pad,
         eos_token_id=0, forced_eos_token_id=0, bad_words_ids=[[pad]], num_beams=4)
     model = transformers.MarianMTModel(config).eval()
+    model.generation_config.bad_words_ids, model.generation_config.num_beams = [[pad]], 4
     with torch.no_grad():
         model.final_logits_bias.normal_(0, 0.5)
         model.final_logits_bias[0, 0] = 1.5  # </s> likely enough that random outputs end before the limit

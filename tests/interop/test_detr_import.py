@@ -110,3 +110,19 @@ def test_a_model_trained_here_exports_to_transformers(tmp_path):
     reloaded = transformers.DetrForObjectDetection.from_pretrained(tmp_path / "exported").eval()
     assert reloaded.config.id2label[1] == "square"
     assert_same_detections(model, reloaded)
+
+
+def test_fine_tuning_keeps_everything_but_a_resized_class_head(tmp_path):
+    from attnkit.interop.finetune import init_from_run
+
+    hf_model = hf_detr("basic", seed=7)
+    hf_model.save_pretrained(tmp_path / "hf")
+    run = import_detr(tmp_path / "hf", tmp_path / "run")
+    imported = run_model(run)
+    torch.manual_seed(0)
+    model = build_model(dataclasses.replace(DetectionConfig.from_dict(run.config).model, num_classes=2))
+    before = model.class_embed.weight.clone()
+    assert init_from_run(model, run.path) == ["class_embed.weight", "class_embed.bias"]
+    assert torch.equal(model.class_embed.weight, before)  # re-initialised head: (3, hidden)
+    assert_close(model.query_embed.weight, imported.query_embed.weight)
+    assert_close(model.backbone[0].body.layer4[1].conv2.weight, imported.backbone[0].body.layer4[1].conv2.weight)

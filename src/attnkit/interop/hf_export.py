@@ -48,10 +48,10 @@ def export_hf(run: Path, out: Path, weights: str = "best") -> Path:
 
 
 def _weights(folder, which: str) -> Path:
-    path = folder.weights_path(which) if which in ("best", "last", "average") else Path(which)
-    if which == "best" and not path.is_file():
-        path = folder.last_weights
-    return path
+    """best (or last, before any evaluation), last or average weights of the run."""
+    if which == "best" and not folder.best_weights.is_file():
+        which = "last"
+    return folder.weights_path(which)
 
 
 def map_from(hf_names: list[str], attnkit_name, tensors: dict[str, Tensor], source: str) -> dict[str, Tensor]:
@@ -177,6 +177,9 @@ def export_marian(folder, tensors: dict[str, Tensor], out: Path):
     extra = {"final_logits_bias": bias.reshape(1, -1), "embedding": embedding}
     mapped = map_from(names, _marian_attnkit_name, {**tensors, **extra}, "Marian export")
     _load_strict(model, mapped, keep=("embed_positions.weight",))
+    model.generation_config.num_beams = folder.config.get("beam_size", 4)  # newer transformers read these here
+    if PAD_ID in folder.config["model"].get("suppressed_outputs", ()):
+        model.generation_config.bad_words_ids = [[pad]]
     _write_tokenizer(tokenizer, order, out)
     return model
 

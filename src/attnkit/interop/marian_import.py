@@ -101,6 +101,7 @@ def read_marian(folder: Path):
     """(TranslationConfig, attnkit-named tensors, SentencePieceTokenizer) from a MarianMT folder."""
     folder = Path(folder)
     hf, weights = read_hf_folder(folder)
+    hf = {**hf, **_generation_options(folder / "generation_config.json")}
     if hf.get("model_type") != "marian":
         raise CheckpointError(f"{folder}/config.json: model_type is {hf.get('model_type')!r}, not 'marian'")
     vocab = _read_vocab(folder / "vocab.json")
@@ -121,6 +122,17 @@ def read_marian(folder: Path):
                                max_length=model_config.max_positions, max_tokens=max(4000, model_config.max_positions),
                                beam_size=hf.get("num_beams") or 4)
     return config, marian_tensors(weights, order, model_config), tokenizer
+
+
+def _generation_options(path: Path) -> dict:
+    """bad_words_ids and num_beams from generation_config.json, where newer transformers keep them."""
+    if not path.is_file():
+        return {}
+    try:
+        options = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise DataError(f"{path}: malformed JSON ({error})") from None
+    return {key: options[key] for key in ("bad_words_ids", "num_beams") if options.get(key) is not None}
 
 
 def _read_vocab(path: Path) -> dict[str, int]:
