@@ -46,9 +46,10 @@ def write_marian_folder(folder: Path, seed: int = 0) -> Path:
         eos_token_id=0, forced_eos_token_id=0, bad_words_ids=[[pad]], num_beams=4)
     model = transformers.MarianMTModel(config).eval()
     model.generation_config.bad_words_ids, model.generation_config.num_beams = [[pad]], 4
-    with torch.no_grad():
+    with torch.no_grad():  # logits that depend on the input (std ~ sqrt(d_model)), and a </s> that can win
+        model.model.shared.weight.normal_(0, 1.0)
         model.final_logits_bias.normal_(0, 0.5)
-        model.final_logits_bias[0, 0] = 1.5  # </s> likely enough that random outputs end before the limit
+        model.final_logits_bias[0, 0] = 8.0
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
     (folder / "source.spm").write_bytes(source_model)

@@ -12,7 +12,7 @@ from attnkit.interop.hf_export import export_hf
 from attnkit.interop.marian_import import import_marian, marian_order
 from attnkit.translation.batching import pad_ids
 from attnkit.translation.config import TranslationConfig
-from attnkit.translation.decoding import beam_search, greedy_decode
+from attnkit.translation.decoding import EXTRA_LENGTH, beam_search, greedy_decode
 from attnkit.translation.tokenizer import EOS_ID, PAD_ID
 from attnkit.translation.translator import Translator
 
@@ -35,10 +35,10 @@ def sources(translator) -> list[list[int]]:
     return [ids + [EOS_ID] for ids in translator.tokenizer.encode_source(TEXTS)]
 
 
-def generate(hf_model, ids: list[int], to_marian, **options) -> list[int]:
+def generate(hf_model, ids: list[int], to_marian, extra: int = EXTRA, **options) -> list[int]:
     """transformers' output ids for one sentence, without the start token, up to and including </s>."""
     source = to_marian[torch.tensor([ids])]
-    output = hf_model.generate(source, do_sample=False, max_length=len(ids) + EXTRA + 1, **options)[0, 1:].tolist()
+    output = hf_model.generate(source, do_sample=False, max_length=len(ids) + extra + 1, **options)[0, 1:].tolist()
     return output[:output.index(0) + 1] if 0 in output else output
 
 
@@ -49,6 +49,16 @@ def test_the_config_states_marians_details(imported):
         ("halves", "silu", False, True)
     assert model.output_bias and model.share_embeddings and PAD_ID in model.suppressed_outputs
     assert model.target_vocab_size == hf_model.config.vocab_size + 1  # <s> (decoder start) is Marian's pad
+
+
+def test_the_run_resumes_training_from_the_imported_weights(imported):
+    from attnkit.training import RunFolder
+
+    run, translator, _, _, _ = imported
+    path, state = RunFolder.open(run.path, "translation").load_newest_state()
+    assert state["loop"]["step"] == 0
+    for name, tensor in translator.model.state_dict().items():
+        assert torch.equal(state["model"][name], tensor), name
 
 
 def test_tokenization_matches_marian_tokenizer(imported):
@@ -84,7 +94,8 @@ def test_greedy_and_beam_outputs_match_generate(imported):
 def test_translations_match_decoded_generate(imported):
     _, translator, hf_model, hf_tokenizer, to_marian = imported
     ours = translator.translate(TEXTS, beam_size=1)
-    theirs = [hf_tokenizer.decode(generate(hf_model, ids, to_marian, num_beams=1), skip_special_tokens=True)
+    theirs = [hf_tokenizer.decode(generate(hf_model, ids, to_marian, extra=EXTRA_LENGTH, num_beams=1),
+                                  skip_special_tokens=True)
               for ids in sources(translator)]
     assert ours == theirs
 

@@ -155,6 +155,7 @@ def _read_bytes(path: Path) -> bytes:
 
 def import_marian(folder: Path, out: Path):
     """Write an attnkit translation run folder at `out` from a MarianMT folder; returns the RunFolder."""
+    from attnkit.interop.start_state import write_translation_start_state
     from attnkit.training import RunFolder, save_weights
 
     config, tensors, tokenizer = read_marian(Path(folder))
@@ -167,4 +168,5 @@ def import_marian(folder: Path, out: Path):
     metadata = {"imported_from": str(folder), "arch": config.arch}
     save_weights(run.last_weights, model.state_dict(), metadata)
     save_weights(run.best_weights, model.state_dict(), metadata)
+    write_translation_start_state(run, model, config)  # `train translation --resume` continues from these weights
     return run
