@@ -62,8 +62,12 @@ def test_official_91_class_checkpoint_gets_coco_names(tmp_path):
     torch.save({"model": model.state_dict()}, tmp_path / "detr.pth")
     run = import_detr(tmp_path / "detr.pth", tmp_path / "run", num_heads=preset("tiny")[0].num_heads)
     config = DetectionConfig.from_dict(run.config)
-    assert config.class_names == COCO_91 and config.category_ids == tuple(range(91))
-    assert config.class_names[1] == "person" and config.class_names[90] == "toothbrush"
+    assert config.model.num_classes == 80 and "N/A" not in config.class_names
+    assert config.class_names[0] == "person" and config.category_ids[0] == 1
+    assert config.class_names[-1] == "toothbrush" and config.category_ids[-1] == 90
+    imported = run_model(run)  # the 80 categories' rows and "no object", in order
+    keep = [i for i, name in enumerate(COCO_91) if name != "N/A"] + [91]
+    assert_close(imported.class_embed.weight, model.class_embed.weight[keep])
 
 
 def test_a_checkpoint_that_needs_unpickling_is_refused(tmp_path):

@@ -10,9 +10,12 @@ from attnkit.cli import app
 from attnkit.errors import user_errors
 
 import_app = typer.Typer(no_args_is_help=True, help="Turn a model trained elsewhere into an attnkit run folder.")
-export_app = typer.Typer(no_args_is_help=True, help="Write a run folder in another project's format.")
 app.add_typer(import_app, name="import")
-app.add_typer(export_app, name="export")
+try:  # one `export` group for every format: join the one attnkit.export defines (onnx), if present
+    from attnkit.export.commands import export_app
+except ImportError:
+    export_app = typer.Typer(no_args_is_help=True, help="Write a run folder in another project's format.")
+    app.add_typer(export_app, name="export")
 
 
 @import_app.command("detr")

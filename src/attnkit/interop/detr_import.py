@@ -9,14 +9,17 @@ _to_pytorch.py`), for both its old (4.x: `out_proj`, `fc1`, timm backbone) and n
 `mlp.fc1`, HF ResNet backbone) key layouts; its separate q/k/v projections are packed into torch's
 `in_proj_weight`. The backbone family (R18/34/50/101) and all sizes are read off the tensors; the
 number of heads and DC5 are not in the tensors (official: `--heads`, default 8; DC5 from the name).
-The class names are COCO's 91 category ids (label = category id, as the official models are trained).
+A COCO model's 91 outputs (label = category id, 11 ids unused: "N/A") become COCO's 80 categories
+(`category_ids` keeps each label's id), the labels `detect` and `eval detection` use.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
+import torch
 from torch import Tensor
 
 from attnkit.detection.architectures import build_model
@@ -148,15 +151,31 @@ def read_detr(path: Path, num_heads: int | None = None, dilation: bool | None = 
     return config, tensors, names
 
 
+def drop_unused_labels(config: DetrConfig, tensors: dict[str, Tensor], names):
+    """Drop the class outputs named "N/A" (COCO ids without a category: never a training target).
+
+    The official and Hugging Face COCO models predict category ids directly (91 labels, 11 unused);
+    attnkit's labels are the dataset's categories in order, as `eval detection` reads COCO. Returns
+    (config, tensors, names, category_ids): label i is category id category_ids[i].
+    """
+    keep = [label for label, name in enumerate(names) if name != "N/A"]
+    if len(keep) == len(names):
+        return config, tensors, names, list(range(len(names)))
+    rows = torch.tensor(keep + [config.num_classes])  # the real classes, then "no object"
+    tensors = {**tensors, **{k: tensors[k][rows] for k in ("class_embed.weight", "class_embed.bias")}}
+    return replace(config, num_classes=len(keep)), tensors, [names[i] for i in keep], keep
+
+
 def import_detr(path: Path, out: Path, num_heads: int | None = None, dilation: bool | None = None):
     """Write an attnkit detection run folder at `out` from a DETR checkpoint or HF folder; returns the RunFolder."""
     from attnkit.training import RunFolder, save_weights
 
     config, tensors, names = read_detr(Path(path), num_heads, dilation)
+    config, tensors, names, category_ids = drop_unused_labels(config, tensors, names)
     model = build_model(config)
     load_all_or_nothing(model, tensors, str(path))  # names every unmatched, missing or mis-shaped tensor
     run_config = DetectionConfig(model=config, train=DetectionTrainConfig(), preset="imported", data="coco",
-                                 class_names=tuple(names), category_ids=tuple(range(config.num_classes)))
+                                 class_names=tuple(names), category_ids=tuple(category_ids))
     if out.exists() and any(out.iterdir()):
         raise ConfigError(f"{out} already exists and is not empty; choose another --out")
     run = RunFolder.create(out, "detection", {**run_config.to_dict(), "imported_from": str(path)})
