@@ -25,6 +25,8 @@ COMMAND_MODULES = [
     "attnkit.detection.commands",
     "attnkit.visualize.commands",
     "attnkit.interop.commands",
+    "attnkit.serve.commands",
+    "attnkit.export.commands",
 ]
 
 
