@@ -5,15 +5,19 @@ with `images`, `annotations` (`bbox` = [x, y, width, height] in pixels) and `cat
 Category ids may be any integers; they map to contiguous labels 0..K-1 (sorted by id) and back.
 `iscrowd` objects are left out of training targets (DETR does the same) and kept for evaluation,
 where pycocotools treats them as "ignore" regions. Boxes are clamped to the image; boxes that
-are empty after clamping are dropped and counted. Images without objects are valid samples.
+are empty after clamping, or have a NaN or infinite coordinate, are dropped and counted. Images
+without objects are valid samples. File names must stay inside the image folder (no absolute
+paths, no ".."), and images over `MAX_IMAGE_PIXELS` pixels are refused before decoding.
 """
 
 from __future__ import annotations
 
 import json
+import struct
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import torch
@@ -24,6 +28,7 @@ from torchvision import tv_tensors
 from attnkit.errors import DataError
 
 Sample = tuple[tv_tensors.Image, dict[str, Any]]
+MAX_IMAGE_PIXELS = 8192 * 8192  # larger images are refused before decoding (decompression bombs)
 
 
 @dataclass(frozen=True)
@@ -45,7 +50,7 @@ class CocoAnnotations:
     category_ids: list[int]  # label -> COCO category id
     names: list[str]  # label -> category name
     records: list[ImageRecord]
-    degenerate: int = 0  # boxes dropped because they are empty after clamping to the image
+    degenerate: int = 0  # boxes dropped because they are empty after clamping to the image (or not finite)
     crowd: int = 0  # crowd objects left out of training targets
     label_of: dict[int, int] = field(default_factory=dict)  # COCO category id -> label
 
@@ -129,6 +134,9 @@ def _read_images(path: Path, entries: list[Any]) -> dict[int, tuple[str, int, in
             raise DataError(f"{path}: images[{index}] needs an integer 'id'")
         if not isinstance(entry.get("file_name"), str):
             raise DataError(f"{path}: images[{index}] (id {entry['id']}) needs a string 'file_name'")
+        if not _inside_folder(entry["file_name"]):
+            raise DataError(f"{path}: images[{index}] (id {entry['id']}) has file_name {entry['file_name']!r}, "
+                            "which is not a relative path inside the image folder")
         width, height = entry.get("width"), entry.get("height")
         if not (isinstance(width, int) and isinstance(height, int) and width > 0 and height > 0):
             raise DataError(f"{path}: images[{index}] (id {entry['id']}) needs positive integer width and height")
@@ -143,9 +151,9 @@ def _read_annotation(path: Path, index: int, entry: Any, images: dict, label_of:
     if not isinstance(entry, dict):
         raise DataError(f"{where} is not an object")
     image_id, category_id, bbox = entry.get("image_id"), entry.get("category_id"), entry.get("bbox")
-    if image_id not in images:
+    if not _is_int(image_id) or image_id not in images:
         raise DataError(f"{where} refers to image_id {image_id!r}, which is not in 'images'")
-    if category_id not in label_of:
+    if not _is_int(category_id) or category_id not in label_of:
         raise DataError(f"{where} has category_id {category_id!r}, which is not in 'categories'")
     if (not isinstance(bbox, list) or len(bbox) != 4
             or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in bbox)):
@@ -153,28 +161,57 @@ def _read_annotation(path: Path, index: int, entry: Any, images: dict, label_of:
     return image_id, category_id, [float(v) for v in bbox], bool(entry.get("iscrowd", 0))
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _inside_folder(file_name: str) -> bool:
+    """Whether FILE_NAME is a relative path that stays inside the folder it is joined to."""
+    parts = PurePosixPath(file_name.replace("\\", "/")).parts
+    return bool(parts) and not file_name.startswith(("/", "\\")) and ".." not in parts and "\0" not in file_name
+
+
 def _make_record(image_id: int, file_name: str, width: int, height: int,
                  objects: list[tuple[list[float], int]]) -> tuple[ImageRecord, int]:
-    boxes = torch.tensor([bbox for bbox, _ in objects], dtype=torch.float32).reshape(-1, 4)  # (objects, xywh)
+    boxes = torch.tensor([bbox for bbox, _ in objects], dtype=torch.float64).reshape(-1, 4)  # (objects, xywh)
     labels = torch.tensor([label for _, label in objects], dtype=torch.int64)
+    finite = torch.isfinite(boxes).all(dim=1)  # NaN or infinite coordinates: dropped with the empty boxes
     boxes[:, 2:] += boxes[:, :2]  # xywh -> xyxy
     boxes[:, 0::2] = boxes[:, 0::2].clamp(0, width)
     boxes[:, 1::2] = boxes[:, 1::2].clamp(0, height)
-    keep = (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])
+    boxes = boxes.float()
+    keep = finite & (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])
     record = ImageRecord(image_id, file_name, width, height, boxes[keep], labels[keep])
     return record, int((~keep).sum())
 
 
-def read_image(path: Path, image_id: int | None = None) -> Image.Image:
-    """An RGB PIL image; a DataError naming the file (and image id) if it is missing or unreadable."""
+def read_image(path: Path, image_id: int | None = None, max_pixels: int = MAX_IMAGE_PIXELS) -> Image.Image:
+    """An RGB PIL image; a DataError naming the file (and image id) if it is missing or unreadable.
+
+    The size in the file's header is checked before any pixel is decoded: an image of more than
+    `max_pixels` pixels (a decompression bomb: a small file that decodes to gigabytes) is refused.
+    """
     where = f"{path}" + (f" (image id {image_id})" if image_id is not None else "")
     try:
-        with Image.open(path) as image:
-            return image.convert("RGB")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # refused below, with our limit
+            with Image.open(path) as image:
+                width, height = image.size
+                if width * height > max_pixels:
+                    raise DataError(f"{where}: refused: {width}x{height} pixels is over the limit of {max_pixels} "
+                                    "pixels (a decompression bomb?)")
+                return image.convert("RGB")
     except FileNotFoundError:
         raise DataError(f"{where}: image file not found") from None
-    except (UnidentifiedImageError, OSError) as error:
+    except IsADirectoryError:
+        raise DataError(f"{where}: cannot read image: a folder, not an image file") from None
+    except UnidentifiedImageError:
+        raise DataError(f"{where}: cannot read image: not an image file (or a format Pillow cannot read)") from None
+    except OSError as error:  # Pillow's word for a truncated or damaged file, among others
         raise DataError(f"{where}: cannot read image ({error})") from None
+    except (Image.DecompressionBombError, ValueError, SyntaxError, EOFError, struct.error, IndexError,
+            TypeError, ZeroDivisionError, MemoryError) as error:  # what Pillow's decoders raise on garbage
+        raise DataError(f"{where}: cannot read image ({type(error).__name__}: {error})") from None
 
 
 class CocoDetection(torch.utils.data.Dataset):
