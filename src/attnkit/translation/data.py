@@ -179,8 +179,19 @@ def _read_jsonl(path: Path, source_lang: str | None, target_lang: str | None) ->
         if not isinstance(source, str) or not isinstance(target, str):
             raise DataError(f"{path}, line {number}: no text for language '{source_lang}' and '{target_lang}' "
                             f"(found {', '.join(map(str, translation)) or 'none'})")
+        if not _is_unicode(source) or not _is_unicode(target):
+            raise DataError(f"{path}, line {number}: the text has a lone surrogate escape (\\ud800-\\udfff), "
+                            "which is not valid Unicode")
         _keep(pairs, report, source, target)
     return Corpus(pairs, report, source_lang, target_lang)
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _two_languages(path: Path, number: int, found: list[str], source_lang: str | None,
