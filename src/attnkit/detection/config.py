@@ -157,4 +157,9 @@ def override(config: DetectionConfig, assignments: list[str]) -> DetectionConfig
             values[section][name] = json.loads(raw.lower() if raw.lower() in ("true", "false") else raw)
         except json.JSONDecodeError:
             values[section][name] = raw
-    return DetectionConfig.from_dict(values)
+    try:
+        return DetectionConfig.from_dict(values)
+    except (TypeError, ValueError) as error:  # a value of the wrong type for its key; ConfigError passes
+        if isinstance(error, ConfigError):
+            raise
+        raise ConfigError(f"invalid value in {' '.join(assignments)} ({error})") from None

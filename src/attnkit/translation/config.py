@@ -150,7 +150,12 @@ def override(config: TranslationConfig, assignments: list[str]) -> TranslationCo
         if name not in target or name == "model":
             raise ConfigError(f"unknown config key '{key}' (known: {', '.join(_all_keys(values))})")
         target[name] = _parse(raw)
-    return TranslationConfig.from_dict(values)
+    try:
+        return TranslationConfig.from_dict(values)
+    except (TypeError, ValueError) as error:  # a value of the wrong type for its key; ConfigError passes
+        if isinstance(error, ConfigError):
+            raise
+        raise ConfigError(f"invalid value in {' '.join(assignments)} ({error})") from None
 
 
 def _parse(raw: str) -> Any:
