@@ -130,3 +130,26 @@ def test_fine_tuning_keeps_everything_but_a_resized_class_head(tmp_path):
     assert torch.equal(model.class_embed.weight, before)  # re-initialised head: (3, hidden)
     assert_close(model.query_embed.weight, imported.query_embed.weight)
     assert_close(model.backbone[0].body.layer4[1].conv2.weight, imported.backbone[0].body.layer4[1].conv2.weight)
+
+
+def test_transformers_4_key_layout_with_a_timm_style_backbone_imports(tmp_path):
+    """facebook/detr-resnet-50 on the Hub: `out_proj`, `fc1`, and torchvision names under conv_encoder."""
+    import json
+
+    from safetensors.torch import save_file
+
+    from attnkit.interop.detr_import import hf_resnet_to_torchvision
+
+    hf_model = hf_detr("basic", seed=9)
+    old = {}
+    for name, tensor in hf_model.state_dict().items():
+        name = name.replace(".o_proj.", ".out_proj.").replace(".mlp.fc", ".fc")
+        if name.startswith("model.backbone.model."):
+            name = "model.backbone.conv_encoder.model." + hf_resnet_to_torchvision(name[len("model.backbone.model."):])
+        old[name] = tensor.contiguous()
+    assert "model.backbone.conv_encoder.model.layer2.0.downsample.0.weight" in old
+    (tmp_path / "hf").mkdir()
+    save_file(old, str(tmp_path / "hf" / "model.safetensors"))
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(hf_model.config.to_dict()))
+    run = import_detr(tmp_path / "hf", tmp_path / "run")
+    assert_same_detections(run_model(run), hf_model)
