@@ -11,6 +11,7 @@ import json
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -80,3 +81,42 @@ def test_aligned_files_load_aligned_or_raise_data_error(sources, targets):
     kept = [(s.decode().strip(), t.decode().strip()) for s, t in zip(b"\n".join(sources).split(b"\n"),
                                                                      b"\n".join(targets).split(b"\n"))]
     assert [(p.source, p.target) for p in corpus.pairs] == [(s, t) for s, t in kept if s and t]
+
+
+@SETTINGS
+@given(lines=raw_lines)
+def test_told_to_skip_bad_lines_a_tsv_file_loads_its_good_lines_and_lists_the_others(lines):
+    path = _folder() / "train.tsv"
+    path.write_bytes(b"\n".join(lines))
+    corpus = read_corpus(path, skip_bad=True)
+    good, bad = [], 0
+    for raw in b"\n".join(lines).split(b"\n"):
+        try:
+            fields = raw.decode("utf-8").rstrip("\r").split("\t")
+        except UnicodeDecodeError:
+            bad += 1
+            continue
+        if "".join(fields).strip() and len(fields) != 2:
+            bad += 1
+        elif len(fields) == 2 and fields[0].strip() and fields[1].strip():
+            good.append((fields[0].strip(), fields[1].strip()))
+    assert [(p.source, p.target) for p in corpus.pairs] == good
+    assert len(corpus.report.skipped_bad) == bad
+    assert all(str(path) in message for message in corpus.report.skipped_bad)
+
+
+def test_skipped_lines_are_named_in_the_summary_and_aligned_files_stay_aligned(tmp_path):
+    (tmp_path / "train.en").write_bytes(b"one\n\xff\xfe\nthree\nfour\n")
+    (tmp_path / "train.de").write_bytes(b"eins\nzwei\n\xc3\nvier\n")
+    corpus = read_corpus(tmp_path / "train", "en", "de", skip_bad=True)
+    assert [(p.source, p.target) for p in corpus.pairs] == [("one", "eins"), ("four", "vier")]
+    summary = corpus.report.summary()
+    assert "2 pairs (skipped 2 malformed: " in summary
+    assert "train.en, line 2: not valid UTF-8" in summary and "train.de, line 3: not valid UTF-8" in summary
+    with pytest.raises(DataError, match=r"train\.en, line 2: not valid UTF-8"):
+        read_corpus(tmp_path / "train", "en", "de")
+    (tmp_path / "train.jsonl").write_text('{"translation": {"en": "a", "de": "b"}}\nnot json\n[1]\n'
+                                          '{"translation": {"en": "c", "de": "d"}}\n')
+    corpus = read_corpus(tmp_path / "train.jsonl", skip_bad=True)
+    assert [(p.source, p.target) for p in corpus.pairs] == [("a", "b"), ("c", "d")]
+    assert [message.split(": ", 1)[0].rsplit(", ", 1)[1] for message in corpus.report.skipped_bad] == ["line 2", "line 3"]

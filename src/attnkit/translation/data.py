@@ -38,6 +38,7 @@ class ReadReport:
     skipped_empty: int = 0
     skipped_long: int = 0
     notes: list[str] = field(default_factory=list)
+    skipped_bad: list[str] = field(default_factory=list)  # "file, line N: why", when told to skip bad lines
 
     def summary(self) -> str:
         skipped = []
@@ -45,6 +46,9 @@ class ReadReport:
             skipped.append(f"{self.skipped_empty} with an empty side")
         if self.skipped_long:
             skipped.append(f"{self.skipped_long} over-long")
+        if self.skipped_bad:
+            more = f"; ... and {len(self.skipped_bad) - 3} more" if len(self.skipped_bad) > 3 else ""
+            skipped.append(f"{len(self.skipped_bad)} malformed: {'; '.join(self.skipped_bad[:3])}{more}")
         return f"{self.source}: {self.pairs} pairs" + (f" (skipped {', '.join(skipped)})" if skipped else "")
 
 
@@ -60,24 +64,26 @@ class Corpus:
 
 
 def read_corpus(path: Path | str, source_lang: str | None = None, target_lang: str | None = None,
-                max_chars: int = 1000) -> Corpus:
+                max_chars: int = 1000, skip_bad: bool = False) -> Corpus:
     """Read one split from a TSV file, a JSON-lines file, or a pair of aligned files.
 
     `path` is a file (`train.tsv`, `train.jsonl`) or the shared stem of two aligned files
     (`data/train` for `data/train.en` + `data/train.de`). Languages are needed for JSON lines
     with more than two languages and for a stem with more than two files; otherwise they are found.
-    Pairs with a side longer than `max_chars` characters are skipped and counted.
+    Pairs with a side longer than `max_chars` characters are skipped and counted. skip_bad=True
+    skips malformed lines (not UTF-8, no tab, bad JSON) too, each listed in the report, instead of
+    stopping at the first; in aligned files the line is skipped in both files, keeping them aligned.
     """
     path = Path(path)
     if path.is_file() and path.suffix in TSV_SUFFIXES:
-        corpus = _read_tsv(path)
+        corpus = _read_tsv(path, skip_bad)
     elif path.is_file() and path.suffix in JSONL_SUFFIXES:
-        corpus = _read_jsonl(path, source_lang, target_lang)
+        corpus = _read_jsonl(path, source_lang, target_lang, skip_bad)
     elif path.is_file():
         raise DataError(f"{path}: unknown format (expected .tsv, .jsonl, or a stem of two aligned files "
                         f"such as train for train.en + train.de)")
     else:
-        corpus = _read_aligned(path, source_lang, target_lang)
+        corpus = _read_aligned(path, source_lang, target_lang, skip_bad)
     return _drop_long(corpus, max_chars)
 
 
@@ -127,15 +133,28 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, text without the newline); DataError naming the line if it is not UTF-8."""
+def _lines(path: Path, skipped: list[str] | None = None) -> Iterator[tuple[int, str | None]]:
+    """(line number, text without the newline); DataError naming the line if it is not UTF-8.
+
+    With a `skipped` list, such a line is listed there and yielded as None instead.
+    """
     with path.open("rb") as file:
         for number, raw in enumerate(file, start=1):
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as error:
-                raise DataError(f"{path}, line {number}: not valid UTF-8 ({error.reason} at byte {error.start})") from None
+                _bad(DataError(f"{path}, line {number}: not valid UTF-8 ({error.reason} at byte {error.start})"),
+                     skipped)
+                yield number, None
+                continue
             yield number, text.rstrip("\r\n")
+
+
+def _bad(error: DataError, skipped: list[str] | None) -> None:
+    """Raise ERROR, or (when skipping bad lines) list it in `skipped`."""
+    if skipped is None:
+        raise error
+    skipped.append(str(error))
 
 
 def _keep(pairs: list[SentencePair], report: ReadReport, source: str, target: str) -> None:
@@ -147,43 +166,58 @@ def _keep(pairs: list[SentencePair], report: ReadReport, source: str, target: st
     report.pairs += 1
 
 
-def _read_tsv(path: Path) -> Corpus:
+def _read_tsv(path: Path, skip_bad: bool = False) -> Corpus:
     pairs, report = [], ReadReport(str(path))
-    for number, line in _lines(path):
+    skipped = report.skipped_bad if skip_bad else None
+    for number, line in _lines(path, skipped):
+        if line is None:
+            continue
         if not line.strip():
             report.skipped_empty += 1
             continue
         fields = line.split("\t")
         if len(fields) != 2:
-            raise DataError(f"{path}, line {number}: expected source<TAB>target, found {len(fields)} "
-                            f"tab-separated field{'s' if len(fields) != 1 else ''}")
+            _bad(DataError(f"{path}, line {number}: expected source<TAB>target, found {len(fields)} "
+                           f"tab-separated field{'s' if len(fields) != 1 else ''}"), skipped)
+            continue
         _keep(pairs, report, *fields)
     return Corpus(pairs, report)
 
 
-def _read_jsonl(path: Path, source_lang: str | None, target_lang: str | None) -> Corpus:
+def _read_jsonl(path: Path, source_lang: str | None, target_lang: str | None, skip_bad: bool = False) -> Corpus:
     pairs, report = [], ReadReport(str(path))
-    for number, line in _lines(path):
-        if not line.strip():
+    skipped = report.skipped_bad if skip_bad else None
+    for number, line in _lines(path, skipped):
+        if line is None or not line.strip():
             continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise DataError(f"{path}, line {number}: malformed JSON ({error.msg})") from None
-        translation = record.get("translation") if isinstance(record, dict) else None
-        if not isinstance(translation, dict):
-            raise DataError(f"{path}, line {number}: expected {{\"translation\": {{\"<src>\": ..., \"<tgt>\": ...}}}}")
-        if source_lang is None or target_lang is None:
-            source_lang, target_lang = _two_languages(path, number, list(translation), source_lang, target_lang)
-        source, target = translation.get(source_lang), translation.get(target_lang)
-        if not isinstance(source, str) or not isinstance(target, str):
-            raise DataError(f"{path}, line {number}: no text for language '{source_lang}' and '{target_lang}' "
-                            f"(found {', '.join(map(str, translation)) or 'none'})")
-        if not _is_unicode(source) or not _is_unicode(target):
-            raise DataError(f"{path}, line {number}: the text has a lone surrogate escape (\\ud800-\\udfff), "
-                            "which is not valid Unicode")
-        _keep(pairs, report, source, target)
+            source_lang, target_lang = _read_record(path, number, line, source_lang, target_lang, pairs, report)
+        except DataError as error:
+            _bad(error, skipped)
     return Corpus(pairs, report, source_lang, target_lang)
+
+
+def _read_record(path: Path, number: int, line: str, source_lang: str | None, target_lang: str | None,
+                 pairs: list[SentencePair], report: ReadReport) -> tuple[str | None, str | None]:
+    """Keep the pair of one JSON line; the languages, found from it if they were not known."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise DataError(f"{path}, line {number}: malformed JSON ({error.msg})") from None
+    translation = record.get("translation") if isinstance(record, dict) else None
+    if not isinstance(translation, dict):
+        raise DataError(f"{path}, line {number}: expected {{\"translation\": {{\"<src>\": ..., \"<tgt>\": ...}}}}")
+    if source_lang is None or target_lang is None:
+        source_lang, target_lang = _two_languages(path, number, list(translation), source_lang, target_lang)
+    source, target = translation.get(source_lang), translation.get(target_lang)
+    if not isinstance(source, str) or not isinstance(target, str):
+        raise DataError(f"{path}, line {number}: no text for language '{source_lang}' and '{target_lang}' "
+                        f"(found {', '.join(map(str, translation)) or 'none'})")
+    if not _is_unicode(source) or not _is_unicode(target):
+        raise DataError(f"{path}, line {number}: the text has a lone surrogate escape (\\ud800-\\udfff), "
+                        "which is not valid Unicode")
+    _keep(pairs, report, source, target)
+    return source_lang, target_lang
 
 
 def _is_unicode(text: str) -> bool:
@@ -204,7 +238,7 @@ def _two_languages(path: Path, number: int, found: list[str], source_lang: str |
                     f"(--source-lang, --target-lang)")
 
 
-def _read_aligned(stem: Path, source_lang: str | None, target_lang: str | None) -> Corpus:
+def _read_aligned(stem: Path, source_lang: str | None, target_lang: str | None, skip_bad: bool = False) -> Corpus:
     candidates = sorted(p for p in stem.parent.glob(f"{stem.name}.*") if p.is_file() and p.suffix[1:] not in ("tsv", "jsonl", "json"))
     if source_lang is None or target_lang is None:
         if len(candidates) != 2:
@@ -217,13 +251,16 @@ def _read_aligned(stem: Path, source_lang: str | None, target_lang: str | None) 
     for path in (source_path, target_path):
         if not path.is_file():
             raise DataError(f"{path}: file not found (aligned files {stem.name}.{source_lang} + {stem.name}.{target_lang})")
-    sources, targets = [line for _, line in _lines(source_path)], [line for _, line in _lines(target_path)]
+    skipped: list[str] | None = [] if skip_bad else None
+    sources = [line for _, line in _lines(source_path, skipped)]
+    targets = [line for _, line in _lines(target_path, skipped)]
     if len(sources) != len(targets):
         raise DataError(f"{source_path} has {len(sources)} lines but {target_path} has {len(targets)}: "
                         f"aligned files must have one line per sentence pair")
-    pairs, report = [], ReadReport(f"{source_path} + {target_path}")
+    pairs, report = [], ReadReport(f"{source_path} + {target_path}", skipped_bad=skipped or [])
     for source, target in zip(sources, targets):
-        _keep(pairs, report, source, target)
+        if source is not None and target is not None:  # a line skipped in one file is skipped in both
+            _keep(pairs, report, source, target)
     return Corpus(pairs, report, source_lang, target_lang)
 
 
@@ -237,12 +274,14 @@ def _drop_long(corpus: Corpus, max_chars: int) -> Corpus:
 
 def load_splits(data: str | Path | None = None, files: dict[str, Path | None] | None = None,
                 source_lang: str | None = None, target_lang: str | None = None,
-                needed: tuple[str, ...] = ("train", "valid"), max_chars: int = 1000) -> dict[str, Corpus]:
+                needed: tuple[str, ...] = ("train", "valid"), max_chars: int = 1000,
+                skip_bad: bool = False) -> dict[str, Corpus]:
     """The corpus splits named by DATA and/or explicit files.
 
     DATA is a built-in name (`numbers`, `numbers:de`), a folder holding `train.*`, `valid.*` and
     optionally `test.*` in any supported format, or one file (taken as the first needed split).
     `files` ({"train": path, ...}) override what DATA gives. DataError if a needed split is missing.
+    skip_bad: skip and list malformed lines instead of stopping (see `read_corpus`).
     """
     from attnkit.translation.numbers import numbers_splits, parse_name
 
@@ -256,14 +295,14 @@ def load_splits(data: str | Path | None = None, files: dict[str, Path | None] | 
             for split in ("train", "valid", "test"):
                 found = find_split(path, split)
                 if found is not None:
-                    splits[split] = read_corpus(found, source_lang, target_lang, max_chars)
+                    splits[split] = read_corpus(found, source_lang, target_lang, max_chars, skip_bad)
         elif path.is_file() or any(path.parent.glob(f"{path.name}.*")):
-            splits[needed[0]] = read_corpus(path, source_lang, target_lang, max_chars)
+            splits[needed[0]] = read_corpus(path, source_lang, target_lang, max_chars, skip_bad)
         else:
             raise DataError(f"{path}: no such file or folder, and not a built-in dataset (try numbers:de)")
     for split, path in (files or {}).items():
         if path is not None:
-            splits[split] = read_corpus(path, source_lang, target_lang, max_chars)
+            splits[split] = read_corpus(path, source_lang, target_lang, max_chars, skip_bad)
     missing = [split for split in needed if split not in splits]
     if missing:
         where = f" in {data}" if data is not None else ""
