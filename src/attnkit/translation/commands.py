@@ -34,6 +34,8 @@ def train_translation(
     set_: list[str] = typer.Option([], "--set", help="Override any config value: --set model.d_model=256 --set warmup_steps=1000."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in OUT where it stopped."),
     device: str = typer.Option(None, "--device", help="cpu or cuda (default: cuda when available)."),
+    skip_bad_lines: bool = typer.Option(False, "--skip-bad-lines", help="Skip malformed data lines (not UTF-8, no "
+                                        "tab, bad JSON) and list them, instead of stopping at the first."),
 ) -> None:
     """Train a translation model (a Transformer, or with --arch rnn the RNN baseline); writes the run folder OUT."""
     with user_errors():
@@ -45,7 +47,7 @@ def train_translation(
         config = _resolve_config(out, preset, set_, source_lang, target_lang, resume, device, arch)
         budget = Budget(steps=steps, epochs=epochs, minutes=minutes if (steps or epochs or minutes) else 10.0)
         splits = load_splits(data, {"train": train, "valid": valid, "test": test}, config.source_lang,
-                             config.target_lang)
+                             config.target_lang, skip_bad=skip_bad_lines)
         for corpus in splits.values():
             print(f"data: {corpus.report.summary()}")
         run = train_run(config, splits, out, budget, device, resume=resume)
