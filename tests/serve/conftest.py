@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import pytest
 import torch
-from PIL import Image
 
 from attnkit.training import RunFolder, save_weights
 
@@ -46,14 +44,6 @@ def detection_run(tmp_path_factory) -> Path:
     torch.manual_seed(0)
     save_weights(run.best_weights, build_model(config.model).state_dict(), {"kind": "detection", "step": 1})
     return run.path
-
-
-def png_bytes(width: int = 96, height: int = 80, seed: int = 0) -> bytes:
-    generator = torch.Generator().manual_seed(seed)
-    pixels = (torch.rand(height, width, 3, generator=generator) * 255).to(torch.uint8).numpy()
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format="PNG")
-    return buffer.getvalue()
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,14 @@ from PIL import Image
 
 from attnkit.serve import Limits, create_app
 
-from conftest import png_bytes  # noqa: E402  (tests/serve/conftest.py)
+def png_bytes(width: int = 96, height: int = 80, seed: int = 0) -> bytes:
+    """A random-noise PNG."""
+    generator = torch.Generator().manual_seed(seed)
+    pixels = (torch.rand(height, width, 3, generator=generator) * 255).to(torch.uint8).numpy()
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    return buffer.getvalue()
+
 
 LIMITS = Limits(max_body_bytes=200_000, max_pixels=300 * 300, max_text_chars=100)
 

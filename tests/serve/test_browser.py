@@ -4,13 +4,24 @@ translation and the drawn boxes. If the browser cannot start, the test fails: it
 
 from __future__ import annotations
 
+import io
 import socket
 import threading
 import time
 
 import pytest
 
-from conftest import png_bytes  # noqa: E402  (tests/serve/conftest.py)
+import torch
+from PIL import Image
+
+def png_bytes(width: int = 96, height: int = 80, seed: int = 0) -> bytes:
+    """A random-noise PNG."""
+    generator = torch.Generator().manual_seed(seed)
+    pixels = (torch.rand(height, width, 3, generator=generator) * 255).to(torch.uint8).numpy()
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    return buffer.getvalue()
+
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

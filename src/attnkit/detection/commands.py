@@ -193,6 +193,8 @@ def detect(
     as_json: bool = typer.Option(False, "--json", help="Also write OUT/detections.json (COCO results format)."),
     weights: str = typer.Option("best", "--weights", help="best, last or average."),
     device: str = typer.Option(None, "--device", help="cpu or cuda (default: cuda when available)."),
+    backend: str = typer.Option("pytorch", "--backend", help="pytorch, or onnxruntime (RUN's ONNX export, "
+                                "written to RUN/onnx on first use, or an `attnkit export onnx` folder)."),
 ) -> None:
     """Detect objects in IMAGE files; draw boxes with class names and scores into OUT."""
     with user_errors():
@@ -200,7 +202,9 @@ def detect(
         from attnkit.detection.detector import Detector
         from attnkit.detection.draw import draw_boxes
 
-        detector = Detector.from_run(run, weights, _device(device))
+        from attnkit.export.backends import load_detector
+
+        detector = load_detector(run, weights, _device(device), backend)
         out.mkdir(parents=True, exist_ok=True)
         results = []
         for index, path in enumerate(images, start=1):

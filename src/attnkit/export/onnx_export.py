@@ -25,15 +25,21 @@ DECODER_FILE = "decoder_step.onnx"
 
 def export_graph(module: nn.Module, args: tuple, path: Path, inputs: list[str], outputs: list[str],
                  dynamic_axes: dict[str, dict[int, str]], opset: int = OPSET) -> Path:
-    """Export MODULE(*ARGS) to PATH (ONNX, opset OPSET) with the named dynamic axes; check the file."""
+    """Export MODULE(*ARGS) to PATH (ONNX, opset OPSET) with the named dynamic axes; check the file.
+
+    The axes go to torch.export as `Dim.DYNAMIC` per input, in the order of ARGS, so equal sizes
+    (one batch across inputs) are found by tracing rather than by name.
+    """
     import onnx
 
     path.parent.mkdir(parents=True, exist_ok=True)
     module.eval()
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        dynamic = tuple({axis: torch.export.Dim.DYNAMIC for axis in dynamic_axes.get(name, {})} or None
+                        for name in inputs)
         torch.onnx.export(module, args, str(path), input_names=inputs, output_names=outputs,
-                          dynamic_axes=dynamic_axes, opset_version=opset, dynamo=True)
+                          dynamic_shapes=dynamic, opset_version=opset, dynamo=True)
     onnx.checker.check_model(str(path), full_check=True)
     return path
 

@@ -89,12 +89,14 @@ def translate(
     text: list[str] = typer.Argument(None, help="Sentences to translate (default: stdin, one per line)."),
     beam_size: int = typer.Option(None, "--beam-size", help="Beam size (default: the run's, 4); 1 is greedy."),
     weights: str = typer.Option("best", "--weights", help="best, last or average."),
+    backend: str = typer.Option("pytorch", "--backend", help="pytorch, or onnxruntime (RUN's ONNX export, "
+                                "written to RUN/onnx on first use, or an `attnkit export onnx` folder)."),
 ) -> None:
     """Translate TEXT (or stdin, one sentence per line); print one translation per line."""
     with user_errors():
-        from attnkit.translation.translator import Translator
+        from attnkit.export.backends import load_translator
 
-        translator = Translator.from_run(run, weights=weights)
+        translator = load_translator(run, weights, backend)
         if text:
             for line in translator.translate(text, beam_size=beam_size):
                 print(line)
