@@ -15,6 +15,9 @@ sentencepiece = pytest.importorskip("sentencepiece")
 num2words = pytest.importorskip("num2words").num2words
 
 
+EOS_BIAS = 3.0  # </s> likely enough that some outputs end before the length limit
+
+
 def number_lines(language: str, count: int = 300) -> list[str]:
     return [num2words(n, lang=language) for n in range(1, count + 1)]
 
@@ -46,10 +49,13 @@ def write_marian_folder(folder: Path, seed: int = 0) -> Path:
         eos_token_id=0, forced_eos_token_id=0, bad_words_ids=[[pad]], num_beams=4)
     model = transformers.MarianMTModel(config).eval()
     model.generation_config.bad_words_ids, model.generation_config.num_beams = [[pad]], 4
-    with torch.no_grad():  # logits that depend on the input (std ~ sqrt(d_model)), and a </s> that can win
-        model.model.shared.weight.normal_(0, 1.0)
+    with torch.no_grad():  # sublayers that matter next to the residual, so outputs depend on the input
+        for name, parameter in model.named_parameters():
+            if parameter.dim() == 2 and "embed" not in name and "shared" not in name:
+                parameter.normal_(0, parameter.size(1) ** -0.5)
+        model.model.shared.weight.normal_(0, 0.3)
         model.final_logits_bias.normal_(0, 0.5)
-        model.final_logits_bias[0, 0] = 8.0
+        model.final_logits_bias[0, 0] = EOS_BIAS
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
     (folder / "source.spm").write_bytes(source_model)

@@ -25,6 +25,7 @@ from attnkit.translation.tokenizer import SPECIAL_TOKENS, UNK_ID
 
 VOCAB_FILE, SOURCE_MODEL, TARGET_MODEL = "sentencepiece_vocab.json", "source.spm", "target.spm"
 LANGUAGE_CODE = re.compile(r">>.+<<")
+WORD_MARKER = "\u2581"  # SentencePiece's "▁": a space before the piece
 
 
 class PieceVocabulary:
@@ -76,10 +77,11 @@ class SentencePieceTokenizer:
         return [self._ids.get(piece, UNK_ID) for piece in pieces]
 
     def decode_target(self, ids: Sequence[Sequence[int]]) -> list[str]:
-        """Ids (specials dropped) -> text, by the target SentencePiece model."""
+        """Ids (specials dropped) -> text, by the target SentencePiece model; a word marker it leaves (on a
+        source-side piece of the shared vocabulary) becomes a space, as MarianTokenizer does."""
         special = len(SPECIAL_TOKENS)
-        return [self._target_spm.decode_pieces([self.pieces[i] for i in sentence if i >= special]).strip()
-                for sentence in ids]
+        return [self._target_spm.decode_pieces([self.pieces[i] for i in sentence if i >= special])
+                .replace(WORD_MARKER, " ").strip() for sentence in ids]
 
     def save(self, folder: Path | str) -> None:
         folder = Path(folder)
