@@ -90,7 +90,9 @@ class QueryDecoder(nn.Module):
 
 
 def level_reference(reference: Tensor | None, valid_ratios: Tensor) -> Tensor | None:
-    """Image-normalised references (batch, queries, 2 or 4) -> in each level's padded map (batch, queries, levels, ...)."""
+    """Image-normalised references (batch, queries, 2 or 4) -> in each level's padded map
+
+    (batch, queries, levels, 2 or 4); None stays None (full attention reads no reference)."""
     if reference is None:
         return None
     ratios = valid_ratios if reference.shape[-1] == 2 else torch.cat([valid_ratios, valid_ratios], -1)

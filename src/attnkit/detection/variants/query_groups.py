@@ -17,7 +17,9 @@ from torch import Tensor, nn
 
 
 def group_attention_mask(groups: int, queries: int, device: torch.device | None = None) -> Tensor | None:
-    """(groups * queries, groups * queries) bool, True where a query may NOT attend (another group); None for one group."""
+    """(groups * queries, groups * queries) bool, True where a query may NOT attend (another group).
+
+    None for one group (nothing is masked)."""
     if groups == 1:
         return None
     group = torch.arange(groups * queries, device=device) // queries
