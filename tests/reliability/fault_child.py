@@ -25,12 +25,17 @@ CONFIG = LoopConfig(log_every_steps=1, eval_every_steps=4, checkpoint_every_step
 
 def train(path: Path, steps: int, resume: bool = False) -> ToyRegression:
     """Train the toy task in run folder PATH to STEPS steps (continuing the run there if RESUME)."""
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
-    torch.manual_seed(99)  # dropout draws from the global generator: resume must restore it
-    task = ToyRegression(batches_per_epoch=5)
-    run = RunFolder.create(path, "toy", {"lr": 1e-2}, resume=resume)
-    Trainer(task, run, Budget(steps=steps), CONFIG, progress=False).fit(resume=resume)
+    try:
+        torch.manual_seed(99)  # dropout draws from the global generator: resume must restore it
+        task = ToyRegression(batches_per_epoch=5)
+        run = RunFolder.create(path, "toy", {"lr": 1e-2}, resume=resume)
+        Trainer(task, run, Budget(steps=steps), CONFIG, progress=False).fit(resume=resume)
+    finally:  # the tests run this in the test process too: leave its settings as they were
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic)
     return task
 
 
