@@ -56,11 +56,15 @@ def train_detection(
         from attnkit.detection.shapes import ShapesConfig
         from attnkit.training import Budget
 
+        from attnkit.training import distributed
+
+        distributed.setup(_device(device))  # one process, or one of torchrun's (only rank 0 prints)
         budget = Budget(steps=steps, epochs=epochs, minutes=minutes if (steps or epochs or minutes) else 10.0)
         shapes = ShapesConfig(image_size=shapes_size, train_images=shapes_images, val_images=shapes_val_images)
         assignments = list(set_) + ([f"model.arch={arch}"] if arch else []) + (["train.flip=false"] if no_flip else [])
         train(out, data, budget, preset, assignments, shapes, (images, annotations), (val_images, val_annotations),
               backbone_weights, eval_every_minutes, resume, _device(device), workers=workers)
+        distributed.finish()
 
 
 def train(out: Path, data: str | None, budget, preset_name: str = "small", assignments: list[str] = (),
@@ -70,8 +74,9 @@ def train(out: Path, data: str | None, budget, preset_name: str = "small", assig
     """Resolve the config and the data, create (or reopen) the run folder and train; returns the Trainer's result."""
     from attnkit.detection.shapes import ShapesConfig
     from attnkit.detection.task import DetectionTask
-    from attnkit.training import LoopConfig, RunFolder, Trainer
+    from attnkit.training import LoopConfig, RunFolder, Trainer, distributed
 
+    device = distributed.setup(device)  # under torchrun: join the process group, this process's GPU
     shapes = shapes or ShapesConfig()
     workers = (4 if device.type == "cuda" else 0) if workers is None else workers
     if workers < 0:
@@ -81,11 +86,13 @@ def train(out: Path, data: str | None, budget, preset_name: str = "small", assig
     config = _resolve_config(out, resume, preset_name, list(assignments), data, train_paths, shapes,
                              backbone_weights)
     shapes = ShapesConfig(**config.shapes) if config.data == "shapes" else shapes
-    if config.data != "shapes":  # read the user's data before creating the run folder
-        train_set, val_set = _open_splits(config, out, shapes, train_paths, val_paths)
-    run = RunFolder.create(out, "detection", config.to_dict(), resume=resume)
-    if config.data == "shapes":
-        train_set, val_set = _open_splits(config, run.path, shapes, train_paths, val_paths)
+    with distributed.main_first():  # rank 0 creates OUT (and writes `shapes` there); the others read it
+        if config.data != "shapes":  # read the user's data before creating the run folder
+            train_set, val_set = _open_splits(config, out, shapes, train_paths, val_paths)
+        run = RunFolder.create(out, "detection", config.to_dict(), resume=resume) if distributed.is_main() \
+            else RunFolder.open(out, "detection")
+        if config.data == "shapes":
+            train_set, val_set = _open_splits(config, run.path, shapes, train_paths, val_paths)
     task = DetectionTask(config, train_set, val_set, device, backbone_weights if not resume else None,
                          workers=workers)
     parameters = sum(p.numel() for p in task.model.parameters())

@@ -4,7 +4,7 @@
 
 after the optimal matching sigma of Eq. 1. The "no object" class is down-weighted by 0.1 in the
 cross-entropy; L_box = 5 * L1 + 2 * (1 - GIoU), both normalised by the number of target boxes in
-the batch. The same loss is added for every decoder layer's predictions (auxiliary losses,
+the batch (the global batch, over all processes, when several train). The same loss is added for every decoder layer's predictions (auxiliary losses,
 section 3.2). The cardinality error (how far the number of predicted objects is from the number
 of targets) is logged, not optimised.
 """
@@ -21,6 +21,7 @@ from torchvision.ops import box_convert, generalized_box_iou
 
 from attnkit.detection.hungarian_matcher import Match, MatchCost, hungarian_match
 from attnkit.errors import ConfigError
+from attnkit.training import distributed
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ class SetCriterion(nn.Module):
         """outputs: {"pred_logits": (batch, queries, classes + 1), "pred_boxes": (batch, queries, 4),
         "aux_outputs": [{...}, ...]}. Returns the weighted total "loss" and each term (final layer
         unsuffixed, auxiliary layer i suffixed `_i`)."""
-        num_boxes = max(sum(len(t["labels"]) for t in targets), 1)
+        num_boxes = distributed.global_count(sum(len(t["labels"]) for t in targets), outputs["pred_boxes"].device)
         losses = self._layer_losses(outputs, targets, num_boxes)
         losses["cardinality_error"] = cardinality_error(outputs["pred_logits"], targets)
         for i, aux in enumerate(outputs.get("aux_outputs", [])):

@@ -25,6 +25,7 @@ from attnkit.detection.evaluate import evaluate_detector
 from attnkit.detection.hungarian_matcher import MatchCost
 from attnkit.detection.set_criterion import LossWeights
 from attnkit.detection.transforms import collate
+from attnkit.training import distributed
 
 LOGGED = ("loss_ce", "loss_bbox", "loss_giou", "class_error", "cardinality_error")
 
@@ -89,7 +90,9 @@ class DetectionTask:
         self.config, self.train_set, self.val_set, self.workers = config, train_set, val_set, workers
         self._stream, self._next = None, None  # the read-ahead DataLoader and the batch it yields next
         self.device, self.eval_batch_size = torch.device(device), eval_batch_size
+        torch.manual_seed(config.train.seed)  # the same initial weights in every process (and every run)
         self.model = build_model(config.model, backbone_weights).to(self.device)
+        self.train_model = distributed.wrap(self.model)  # DDP under torchrun: averages gradients across processes
         self.criterion = criterion_of(config).to(self.device)
         train = config.train
         backbone = [p for n, p in self.model.named_parameters() if n.startswith("backbone.") and p.requires_grad]
@@ -97,31 +100,32 @@ class DetectionTask:
         self.optimizer = torch.optim.AdamW([{"params": rest, "lr": train.lr},
                                             {"params": backbone, "lr": train.lr_backbone}],
                                            lr=train.lr, weight_decay=train.weight_decay)
-        steps_per_epoch = -(-len(train_set) // train.batch_size)
+        steps_per_epoch = len(self.batches(0))  # this process's share of the epoch
         self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, train.lr_drop_epochs * steps_per_epoch, 0.1)
 
     def batches(self, epoch: int) -> list[BatchRef]:
-        """The epoch's batches as references: skipping them (on resume) loads nothing."""
+        """This process's batches of the epoch, as references: skipping them (on resume) loads nothing."""
         train = self.config.train
-        return epoch_refs(len(self.train_set), train.batch_size, train.seed, epoch)
+        return distributed.shard(epoch_refs(len(self.train_set), train.batch_size, train.seed, epoch))
 
     def load(self, ref: BatchRef) -> tuple[Tensor, Tensor, list[dict[str, Any]]]:
         """The batch REF names; with workers, from a DataLoader that reads ahead through the rest of its epoch."""
         if self.workers == 0:
             return load_batch(self.train_set, ref)
-        if self._stream is None or self._next != (ref.epoch, ref.position):
-            rest = self.batches(ref.epoch)[ref.position:]
-            self._stream = iter(torch.utils.data.DataLoader(
-                EpochBatches(self.train_set, rest), batch_size=None, num_workers=self.workers,
-                pin_memory=self.device.type == "cuda"))
-        self._next = (ref.epoch, ref.position + 1)
-        return next(self._stream)
+        if self._stream is None or self._next != ref:
+            refs = self.batches(ref.epoch)
+            rest = refs[refs.index(ref):]
+            loader = torch.utils.data.DataLoader(EpochBatches(self.train_set, rest), batch_size=None,
+                                                 num_workers=self.workers, pin_memory=self.device.type == "cuda")
+            self._stream = zip([*rest[1:], None], loader)  # (the ref expected next, this batch)
+        self._next, batch = next(self._stream)
+        return batch
 
     def train_step(self, batch: BatchRef) -> dict[str, Any]:
         images, mask, targets = self.load(batch)
         images, mask = images.to(self.device, non_blocking=True), mask.to(self.device, non_blocking=True)
         targets = [{"labels": t["labels"].to(self.device), "boxes": t["boxes"].to(self.device)} for t in targets]
-        losses = self.criterion(self.model(images, mask), targets)
+        losses = self.criterion(self.train_model(images, mask), targets)
         return {"loss": losses["loss"], "items": len(images), **{k: losses[k].detach() for k in LOGGED}}
 
     def evaluate(self) -> dict[str, float]:

@@ -45,6 +45,7 @@ import torch
 from torch import nn
 
 from attnkit.errors import CheckpointError, ConfigError, DataError, UserError
+from attnkit.training import distributed
 from attnkit.training.averaging import average_weights
 from attnkit.training.checkpoint import check_state_dict, save_weights
 from attnkit.training.progress import Progress, estimate_eta, format_duration
@@ -147,6 +148,7 @@ class LoopState:
     last_eval_step: int | None = None
     last_checkpoint_step: int | None = None
     window: dict[str, float] = field(default_factory=dict)  # sums since the last training log
+    world_size: int = 1  # processes that trained (`position` counts each one's batches)
 
 
 @dataclass(frozen=True)
@@ -259,11 +261,13 @@ class Trainer:
 
         Ctrl-C: saves, then raises KeyboardInterrupt. Divergence: raises TrainingDiverged.
         """
-        self.state = self._restore() if resume else LoopState()
+        with distributed.main_first():  # rank 0 repairs the run folder before the others read it
+            self.state = self._restore() if resume else LoopState(world_size=distributed.world_size())
         self._started, self._elapsed_before = time.monotonic(), self.state.elapsed_s
         self._last_eval_time = self._last_checkpoint_time = self._window_time = time.monotonic()
         stream = _BatchStream(self.task, self.state, self.budget.epochs)
-        progress = Progress(self.budget.steps, self.state.step, self.items_name, enabled=self.show_progress)
+        progress = Progress(self.budget.steps, self.state.step, self.items_name,
+                            enabled=self.show_progress and distributed.is_main())
         try:
             with _ctrl_c_as_flag() as interrupted:
                 reason = self._run(stream, progress, interrupted)
@@ -271,7 +275,8 @@ class Trainer:
         finally:
             progress.close()
         print(result.summary(self.run), flush=True)
-        self._write_report()
+        if distributed.is_main():
+            self._write_report()
         if reason == "interrupted":  # saved: now behave like any Ctrl-C (the CLI exits with code 130)
             raise KeyboardInterrupt
         if reason == "diverged":
@@ -298,6 +303,7 @@ class Trainer:
         state = self.state
         while True:
             reason = self._budget_spent() or ("interrupted" if interrupted.is_set() else None)
+            reason = _REASONS[distributed.from_main(_REASONS.index(reason))]  # rank 0's clock decides for all
             if reason:
                 return reason
             group = stream.take(self.config.accumulate)
@@ -318,6 +324,8 @@ class Trainer:
             state.step += 1
             progress.advance()
             self._add_to_window(outcome)
+            if not distributed.is_main():  # rank 0 logs, validates and checkpoints
+                continue
             if state.step % self.config.log_every_steps == 0:
                 self._log_training(progress, stream)
             if self._due(self.config.eval_every_steps, self.config.eval_every_minutes, self._last_eval_time):
@@ -328,6 +336,9 @@ class Trainer:
 
     def _finish(self, reason: str, stream: _BatchStream, progress: Progress) -> FitResult:
         state = self.state
+        if not distributed.is_main():
+            return FitResult(reason, state.step, state.epoch, self.elapsed, self.last_loss, self.best_metric,
+                             state.best_value, state.best_step, state.nonfinite_total)
         if state.window.get("steps"):
             self._log_training(progress, stream)
         if reason != "diverged":
@@ -374,18 +385,22 @@ class Trainer:
         """Forward and backward over the group's batches, then one update; None if skipped as non-finite."""
         self.task.model.train()
         sums: dict[str, float] = {"loss": 0.0, "items": 0.0}
-        for batch in group:
-            with self._autocast():
-                output = self.task.train_step(batch)
-            loss = output["loss"]
-            value = float(loss.detach())
-            if not math.isfinite(value):
-                self.task.optimizer.zero_grad(set_to_none=True)
-                return None
-            scaled = loss / len(group)  # the mean over the group's batches
-            (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
+        trained = getattr(self.task, "train_model", self.task.model)  # DDP, when several processes train
+        for index, batch in enumerate(group):
+            # gradients are averaged across processes once per update, at the group's last batch
+            with distributed.no_sync(trained) if index < len(group) - 1 else contextlib.nullcontext():
+                with self._autocast():
+                    output = self.task.train_step(batch)
+                loss = output["loss"]
+                value = float(loss.detach())
+                if not distributed.all_true(math.isfinite(value)):  # every process skips, or none
+                    self.task.optimizer.zero_grad(set_to_none=True)
+                    return None
+                scaled = loss / len(group)  # the mean over the group's batches
+                (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
             for key, item in output.items():
                 sums[key] = sums.get(key, 0.0) + (value if key == "loss" else float(item))
+        sums = distributed.average(sums, summed=("items",))  # the global batch's means; items of all processes
         lr = float(self.task.optimizer.param_groups[0]["lr"])
         grad_norm = self._update()
         if grad_norm is None:
@@ -526,8 +541,9 @@ class Trainer:
         found = self.run.load_newest_state()
         if found is None:
             print(f"{self.run.path} has no training state yet; starting from step 0", flush=True)
-            self._forget_after(step=0)
-            return LoopState()
+            if distributed.is_main():
+                self._forget_after(step=0)
+            return LoopState(world_size=distributed.world_size())
         path, saved = found
         task = self.task
         check_state_dict(saved["model"], task.model, source=str(path))
@@ -539,8 +555,9 @@ class Trainer:
             self.scaler.load_state_dict(saved["scaler"])
         if hasattr(task, "load_state") and saved["task"] is not None:
             task.load_state(saved["task"])
-        state = LoopState(**saved["loop"])
-        self._forget_after(state.step)
+        state = _with_world_size(LoopState(**saved["loop"]), distributed.world_size())
+        if distributed.is_main():
+            self._forget_after(state.step)
         restore_rng(saved["rng"])  # last: nothing above may draw from the restored generators
         print(f"resuming {self.run.path} from step {state.step} (epoch {state.epoch})", flush=True)
         return state
@@ -551,6 +568,24 @@ class Trainer:
         for snapshot in self.run.snapshots():
             if int(snapshot.stem.split("-")[1]) > step:
                 snapshot.unlink()
+
+
+_REASONS = (None, "steps", "minutes", "interrupted")  # why the loop stops before a step, as rank 0 says
+
+
+def _with_world_size(state: LoopState, size: int) -> LoopState:
+    """The state, its position in the epoch converted to `size` processes' shards (resuming on another count).
+
+    `position` batches on each of the saved run's processes are `position * world_size` batches of
+    the epoch; each of `size` processes skips its share of those, rounded down (so at most
+    `size - 1` batches of the epoch are read a second time, none is left out).
+    """
+    if state.world_size != size:
+        print(f"resuming with {size} processes (the run had {state.world_size}): epoch {state.epoch} continues "
+              f"after {state.position * state.world_size} of its batches", flush=True)
+        state.position = state.position * state.world_size // size
+        state.world_size = size
+    return state
 
 
 def _scalars(metrics: dict[str, Any]) -> dict[str, float]:

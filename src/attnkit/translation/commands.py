@@ -43,7 +43,9 @@ def train_translation(
         from attnkit.translation.data import load_splits
         from attnkit.translation.task import train_run
 
-        device = _device(device)
+        from attnkit.training import distributed
+
+        device = distributed.setup(_device(device))  # one process, or one of torchrun's (only rank 0 prints)
         config = _resolve_config(out, preset, set_, source_lang, target_lang, resume, device, arch)
         budget = Budget(steps=steps, epochs=epochs, minutes=minutes if (steps or epochs or minutes) else 10.0)
         splits = load_splits(data, {"train": train, "valid": valid, "test": test}, config.source_lang,
@@ -51,9 +53,10 @@ def train_translation(
         for corpus in splits.values():
             print(f"data: {corpus.report.summary()}")
         run = train_run(config, splits, out, budget, device, resume=resume)
-        if "test" in splits:
+        if "test" in splits and distributed.is_main():
             _report_test(run.path, splits["test"], config.beam_size)
         print(f"run folder: {run.path}")
+        distributed.finish()
 
 
 @eval_app.command("translation")

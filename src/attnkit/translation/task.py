@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from attnkit.training import distributed
 from attnkit.translation.batching import Batch, Example, collate, make_examples, padding_fraction, token_batches
 from attnkit.translation.config import TranslationConfig, build_model
 from attnkit.translation.data import Corpus
@@ -50,6 +51,7 @@ class TranslationTask:
         self.best_metric = (config.best_metric, "min" if config.best_metric == "loss" else "max")
         torch.manual_seed(config.seed)
         self.model = build_model(config).to(self.device)
+        self.train_model = distributed.wrap(self.model)  # DDP under torchrun: averages gradients across processes
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1.0, betas=config.adam_betas, eps=config.adam_eps)
         self.scheduler = inverse_sqrt_schedule(self.optimizer, config.model.d_model, config.warmup_steps, config.lr_scale)
         self.lengths = [example.lengths for example in train]
@@ -59,14 +61,14 @@ class TranslationTask:
         self.valid_examples, _ = make_examples(sources, targets, config.max_length)
 
     def batches(self, epoch: int) -> Epoch:
-        return Epoch(self.examples, self.epoch_batches(epoch), self.device)
+        return Epoch(self.examples, distributed.shard(self.epoch_batches(epoch)), self.device)  # this process's
 
     def epoch_batches(self, epoch: int) -> list[list[int]]:
         """The same batches in the same order for the same epoch (seeded by seed and epoch)."""
         return token_batches(self.lengths, self.config.max_tokens, seed=self.config.seed * 100_003 + epoch)
 
     def train_step(self, batch: Batch) -> dict[str, torch.Tensor | int]:
-        logits = self.model(batch.source, batch.target_input)  # (batch, target_length, vocab)
+        logits = self.train_model(batch.source, batch.target_input)  # (batch, target_length, vocab)
         tokens = batch.target_tokens
         loss = label_smoothed_cross_entropy(logits, batch.target_output, self.config.label_smoothing) / tokens
         return {"loss": loss, "items": tokens + batch.source_tokens}
@@ -120,11 +122,15 @@ def train_run(config: TranslationConfig, splits: dict[str, Corpus], out: Path, b
     """Prepare the data, create (or reopen) the run folder OUT and train until `budget` is spent; returns the run."""
     from attnkit.training import LoopConfig, RunFolder, Trainer
 
-    prepared = prepare(config, splits, tokenizer_folder=out if resume else None)
-    config = prepared.config
-    run = RunFolder.create(out, "translation", config.to_dict(), resume=resume)
-    if not resume:
-        prepared.tokenizer.save(run.path)
+    device = distributed.setup(device)  # under torchrun: join the process group, this process's GPU
+    with distributed.main_first():  # rank 0 trains the tokenizer and creates OUT; the others read them
+        reopen = resume or not distributed.is_main()
+        prepared = prepare(config, splits, tokenizer_folder=out if reopen else None)
+        config = prepared.config
+        run = RunFolder.create(out, "translation", config.to_dict(), resume=resume) if distributed.is_main() \
+            else RunFolder.open(out, "translation")
+        if not reopen:
+            prepared.tokenizer.save(run.path)
     amp = resolve_amp(config.amp, device)
     describe(prepared, device, amp)
     task = TranslationTask(config, prepared.tokenizer, prepared.train, splits["valid"], device)
