@@ -35,3 +35,9 @@ def test_overrides_and_their_errors():
         preset("huge")
     with pytest.raises(ConfigError, match="dropout"):
         DetrConfig(dropout=1.5)
+
+
+def test_dilation_needs_a_bottleneck_resnet():
+    assert DetrConfig(backbone="resnet50", dilation=True).dilation
+    with pytest.raises(ConfigError, match="dilation.*resnet18"):
+        DetrConfig(backbone="resnet18", dilation=True)

@@ -44,6 +44,8 @@ class DetrConfig:
     def __post_init__(self) -> None:
         if self.backbone not in BACKBONES:
             raise ConfigError(f"backbone must be one of {', '.join(BACKBONES)}, got {self.backbone!r}")
+        if self.dilation and self.backbone in ("resnet18", "resnet34"):
+            raise ConfigError(f"dilation (DC5) needs a bottleneck ResNet (resnet50 or resnet101), got {self.backbone}")
         if self.hidden_dim % self.num_heads or self.hidden_dim % 2:
             raise ConfigError(f"hidden_dim ({self.hidden_dim}) must be even and divisible by num_heads "
                               f"({self.num_heads})")
