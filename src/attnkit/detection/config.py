@@ -46,12 +46,13 @@ class DetrConfig:
             raise ConfigError(f"backbone must be one of {', '.join(BACKBONES)}, got {self.backbone!r}")
         if self.dilation and self.backbone in ("resnet18", "resnet34"):
             raise ConfigError(f"dilation (DC5) needs a bottleneck ResNet (resnet50 or resnet101), got {self.backbone}")
+        for name in ("num_classes", "hidden_dim", "enc_layers", "dec_layers", "dim_feedforward", "num_queries",
+                     "num_heads"):
+            if getattr(self, name) < (0 if name == "enc_layers" else 1):
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
         if self.hidden_dim % self.num_heads or self.hidden_dim % 2:
             raise ConfigError(f"hidden_dim ({self.hidden_dim}) must be even and divisible by num_heads "
                               f"({self.num_heads})")
-        for name in ("num_classes", "enc_layers", "dec_layers", "dim_feedforward", "num_queries", "num_heads"):
-            if getattr(self, name) < (0 if name == "enc_layers" else 1):
-                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
         if not 0 <= self.dropout < 1:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
         if not 1 <= self.feature_levels <= 3 or self.deformable_points < 1 or self.query_groups < 1:
