@@ -38,6 +38,9 @@ def train_detection(
     arch: str = typer.Option(None, "--arch", help="Detector architecture (default: the preset's, detr)."),
     backbone_weights: Path = typer.Option(None, "--backbone-weights",
                                           help="Local pretrained torchvision ResNet weights (.pth or .safetensors)."),
+    init: Path = typer.Option(None, "--init", help="Start from the weights of this detection run (e.g. one written "
+                              "by `attnkit import detr`): its model, with the class head re-initialised when the "
+                              "number of classes differs."),
     minutes: float = typer.Option(None, "--minutes", help="Time budget (default 10 if no budget is given)."),
     epochs: int = typer.Option(None, "--epochs", help="Epoch budget."),
     steps: int = typer.Option(None, "--steps", help="Optimizer-step budget."),
@@ -63,15 +66,19 @@ def train_detection(
         shapes = ShapesConfig(image_size=shapes_size, train_images=shapes_images, val_images=shapes_val_images)
         assignments = list(set_) + ([f"model.arch={arch}"] if arch else []) + (["train.flip=false"] if no_flip else [])
         train(out, data, budget, preset, assignments, shapes, (images, annotations), (val_images, val_annotations),
-              backbone_weights, eval_every_minutes, resume, _device(device), workers=workers)
+              backbone_weights, eval_every_minutes, resume, _device(device), workers=workers, init=init)
         distributed.finish()
 
 
 def train(out: Path, data: str | None, budget, preset_name: str = "small", assignments: list[str] = (),
           shapes=None, train_paths=(None, None), val_paths=(None, None), backbone_weights: Path | None = None,
           eval_every_minutes: float = 2.0, resume: bool = False, device: torch.device = torch.device("cpu"),
-          progress: bool = True, workers: int | None = None):
-    """Resolve the config and the data, create (or reopen) the run folder and train; returns the Trainer's result."""
+          progress: bool = True, workers: int | None = None, init: Path | None = None):
+    """Resolve the config and the data, create (or reopen) the run folder and train; returns the Trainer's result.
+
+    init: a detection run to start from (`attnkit.interop.finetune`): its model config and weights, the
+    class head re-initialised for another number of classes; ignored on resume (the run's own state is).
+    """
     from attnkit.detection.shapes import ShapesConfig
     from attnkit.detection.task import DetectionTask
     from attnkit.training import LoopConfig, RunFolder, Trainer, distributed
@@ -83,21 +90,29 @@ def train(out: Path, data: str | None, budget, preset_name: str = "small", assig
         raise ConfigError(f"--workers must be 0 or more, got {workers}")
     if backbone_weights is not None and not resume and not Path(backbone_weights).is_file():
         raise CheckpointError(f"{backbone_weights}: backbone weights file not found")
+    init = None if resume else init
+    if init is not None and backbone_weights is not None:
+        raise ConfigError("--init and --backbone-weights both give the backbone's weights; use one")
     config = _resolve_config(out, resume, preset_name, list(assignments), data, train_paths, shapes,
-                             backbone_weights)
+                             backbone_weights, init)
+    start = _init_weights(config, init) if init is not None else None  # checked before OUT is written
     shapes = ShapesConfig(**config.shapes) if config.data == "shapes" else shapes
     with distributed.main_first():  # rank 0 creates OUT (and writes `shapes` there); the others read it
         if config.data != "shapes":  # read the user's data before creating the run folder
             train_set, val_set = _open_splits(config, out, shapes, train_paths, val_paths)
-        run = RunFolder.create(out, "detection", config.to_dict(), resume=resume) if distributed.is_main() \
-            else RunFolder.open(out, "detection")
+        run = RunFolder.create(out, "detection", _document(config, out, resume, start), resume=resume) \
+            if distributed.is_main() else RunFolder.open(out, "detection")
         if config.data == "shapes":
             train_set, val_set = _open_splits(config, run.path, shapes, train_paths, val_paths)
     task = DetectionTask(config, train_set, val_set, device, backbone_weights if not resume else None,
-                         workers=workers)
+                         workers=workers, init=start.tensors if start is not None else None)
     parameters = sum(p.numel() for p in task.model.parameters())
     print(f"model: {config.model.arch} {config.model.backbone}, {parameters / 1e6:.1f}M parameters, "
           f"{config.model.num_classes} classes, {config.model.num_queries} queries, on {device}")
+    if start is not None:
+        head = (f"class head re-initialised for {config.model.num_classes} classes" if start.reinitialised
+                else "class head kept (same number of classes)")
+        print(f"init: {len(start.tensors)} tensors from {start.path}; {head}")
     loop = LoopConfig(eval_every_minutes=eval_every_minutes, checkpoint_every_minutes=eval_every_minutes,
                       grad_clip=config.train.clip_max_norm or None, amp="bf16" if device.type == "cuda" else "off")
     result = Trainer(task, run, budget, loop, progress=progress).fit(resume=resume)
@@ -123,8 +138,27 @@ def _open_splits(config, run: Path, shapes, train_paths, val_paths):
     return train_set, val_set
 
 
+def _init_weights(config, init: Path):
+    """The init run's weights for this config's model (built on the meta device: shapes only)."""
+    from attnkit.detection.architectures import build_model
+    from attnkit.interop.finetune import init_weights
+
+    with torch.device("meta"):
+        model = build_model(config.model)
+    return init_weights(model, init)
+
+
+def _document(config, out: Path, resume: bool, start) -> dict:
+    """config.json's contents: the config, and where a fine-tuned run's first weights came from."""
+    from attnkit.training import RunFolder
+
+    if resume and (out / "config.json").is_file():  # keep what the run folder holds beside the config
+        return {**RunFolder.open(out, "detection").config, **config.to_dict()}
+    return {**config.to_dict(), **({"init_from": str(start.path)} if start is not None else {})}
+
+
 def _resolve_config(out: Path, resume: bool, preset_name: str, assignments: list[str], data: str | None,
-                    train_paths, shapes, backbone_weights: Path | None):
+                    train_paths, shapes, backbone_weights: Path | None, init: Path | None = None):
     from attnkit.detection.config import DetectionConfig, override, preset
     from attnkit.detection.data import load_annotations
     from attnkit.detection.shapes import CLASSES
@@ -136,6 +170,8 @@ def _resolve_config(out: Path, resume: bool, preset_name: str, assignments: list
         print(f"preset: {config.preset} (from {out / 'config.json'})")
         return config
     model, train = preset(preset_name)
+    if init is not None:  # the architecture and sizes of the run fine-tuned from; `--set model.*` still applies
+        model = DetectionConfig.from_dict(RunFolder.open(Path(init), "detection").config).model
     config = override(DetectionConfig(model, train, preset=preset_name), assignments)
     if data == "shapes" and train_paths[0] is None:
         names, ids = tuple(CLASSES), tuple(range(1, len(CLASSES) + 1))
@@ -144,8 +180,10 @@ def _resolve_config(out: Path, resume: bool, preset_name: str, assignments: list
         coco = load_annotations(split_paths(data, "train", out, shapes, *train_paths)[1], keep_raw=False)
         names, ids, shapes_fields = tuple(coco.names), tuple(coco.category_ids), {}
         source = str(data) if train_paths[0] is None else EXPLICIT
-    model = replace(config.model, num_classes=len(names), frozen_batchnorm=backbone_weights is not None)
-    print(f"preset: {preset_name}" + (f"; overrides: {', '.join(assignments)}" if assignments else ""))
+    frozen = config.model.frozen_batchnorm if init is not None else backbone_weights is not None
+    model = replace(config.model, num_classes=len(names), frozen_batchnorm=frozen)
+    print(f"preset: {preset_name}" + (f"; model from {init}" if init is not None else "")
+          + (f"; overrides: {', '.join(assignments)}" if assignments else ""))
     return replace(config, model=model, data=source, class_names=names, category_ids=ids, shapes=shapes_fields)
 
 

@@ -86,12 +86,16 @@ class DetectionTask:
 
     def __init__(self, config: DetectionConfig, train_set: CocoDetection, val_set: CocoDetection | None,
                  device: torch.device | str = "cpu", backbone_weights: Path | None = None,
-                 eval_batch_size: int = 8, workers: int = 0) -> None:
+                 eval_batch_size: int = 8, workers: int = 0, init: dict[str, Tensor] | None = None) -> None:
+        """init: initial weights to load over the fresh model (`attnkit.interop.finetune.init_weights`'s tensors)."""
         self.config, self.train_set, self.val_set, self.workers = config, train_set, val_set, workers
         self._stream, self._next = None, None  # the read-ahead DataLoader and the batch it yields next
         self.device, self.eval_batch_size = torch.device(device), eval_batch_size
         torch.manual_seed(config.train.seed)  # the same initial weights in every process (and every run)
-        self.model = build_model(config.model, backbone_weights).to(self.device)
+        self.model = build_model(config.model, backbone_weights)
+        if init is not None:  # fine-tuning: every tensor but those left out (a resized class head)
+            self.model.load_state_dict(init, strict=False)
+        self.model = self.model.to(self.device)
         self.train_model = distributed.wrap(self.model)  # DDP under torchrun: averages gradients across processes
         self.criterion = criterion_of(config).to(self.device)
         train = config.train
