@@ -5,7 +5,8 @@ AdamW with the backbone at its own learning rate (1e-5 in the paper, 1e-4 elsewh
 A batch is a list of dataset indices drawn with a generator seeded by (seed, epoch), loaded with
 augmentation seeded by (seed, epoch, batch) when `train_step` uses it (by DataLoader workers
 reading ahead, if asked): the same epoch always gives the same batches, whatever the number of
-workers, and resuming skips the used ones without loading them.
+workers, and resuming skips the used ones without loading them. `train.accumulate` batches make one
+optimizer step (the learning-rate drop counts optimizer steps); `train.amp` picks the autocast.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from attnkit.detection.evaluate import evaluate_detector
 from attnkit.detection.hungarian_matcher import MatchCost
 from attnkit.detection.set_criterion import LossWeights
 from attnkit.detection.transforms import collate
-from attnkit.training import distributed
+from attnkit.errors import ConfigError, DataError
+from attnkit.training import LoopConfig, distributed
+from attnkit.training.fused_optimizer import fused_options
 
 LOGGED = ("loss_ce", "loss_bbox", "loss_giou", "class_error", "cardinality_error")
 
@@ -59,6 +62,12 @@ def load_batch(dataset: CocoDetection, ref: BatchRef) -> tuple[Tensor, Tensor, l
             random.setstate(state)
 
 
+@dataclass(frozen=True)
+class LoadFailure:
+    """A batch a DataLoader worker could not load: the DataError's message, raised again in the main process."""
+    message: str
+
+
 class EpochBatches(torch.utils.data.Dataset):
     """One epoch's batches, loaded on demand (in DataLoader workers when there are any)."""
 
@@ -68,8 +77,11 @@ class EpochBatches(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.refs)
 
-    def __getitem__(self, index: int) -> tuple[Tensor, Tensor, list[dict[str, Any]]]:
-        return load_batch(self.dataset, self.refs[index])
+    def __getitem__(self, index: int) -> tuple[Tensor, Tensor, list[dict[str, Any]]] | LoadFailure:
+        try:
+            return load_batch(self.dataset, self.refs[index])
+        except DataError as error:  # re-raised by the DataLoader, it would carry the worker's traceback in its text
+            return LoadFailure(str(error))
 
 
 def criterion_of(config: DetectionConfig) -> torch.nn.Module:
@@ -86,8 +98,14 @@ class DetectionTask:
 
     def __init__(self, config: DetectionConfig, train_set: CocoDetection, val_set: CocoDetection | None,
                  device: torch.device | str = "cpu", backbone_weights: Path | None = None,
-                 eval_batch_size: int = 8, workers: int = 0, init: dict[str, Tensor] | None = None) -> None:
-        """init: initial weights to load over the fresh model (`attnkit.interop.finetune.init_weights`'s tensors)."""
+                 eval_batch_size: int = 8, workers: int = 0, init: dict[str, Tensor] | None = None,
+                 channels_last: bool = False) -> None:
+        """init: initial weights to load over the fresh model (`attnkit.interop.finetune.init_weights`'s tensors).
+
+        channels_last: the backbone's weights and the training images in channels-last memory format
+        (batch, height, width, channels in memory; the same shapes and values), which convolutions on
+        recent GPUs run faster.
+        """
         self.config, self.train_set, self.val_set, self.workers = config, train_set, val_set, workers
         self._stream, self._next = None, None  # the read-ahead DataLoader and the batch it yields next
         self.device, self.eval_batch_size = torch.device(device), eval_batch_size
@@ -96,6 +114,9 @@ class DetectionTask:
         if init is not None:  # fine-tuning: every tensor but those left out (a resized class head)
             self.model.load_state_dict(init, strict=False)
         self.model = self.model.to(self.device)
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        if channels_last:
+            self.model.backbone.to(memory_format=torch.channels_last)  # in place: the optimizer's parameters
         self.train_model = distributed.wrap(self.model)  # DDP under torchrun: averages gradients across processes
         self.criterion = criterion_of(config).to(self.device)
         train = config.train
@@ -103,9 +124,10 @@ class DetectionTask:
         rest = [p for n, p in self.model.named_parameters() if not n.startswith("backbone.") and p.requires_grad]
         self.optimizer = torch.optim.AdamW([{"params": rest, "lr": train.lr},
                                             {"params": backbone, "lr": train.lr_backbone}],
-                                           lr=train.lr, weight_decay=train.weight_decay)
-        steps_per_epoch = len(self.batches(0))  # this process's share of the epoch
-        self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, train.lr_drop_epochs * steps_per_epoch, 0.1)
+                                           lr=train.lr, weight_decay=train.weight_decay, **fused_options(self.device))
+        steps_per_epoch = len(self.batches(0)) / train.accumulate  # optimizer steps in this process's share
+        self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer,
+                                                         max(1, round(train.lr_drop_epochs * steps_per_epoch)), 0.1)
 
     def batches(self, epoch: int) -> list[BatchRef]:
         """This process's batches of the epoch, as references: skipping them (on resume) loads nothing."""
@@ -123,11 +145,14 @@ class DetectionTask:
                                                  num_workers=self.workers, pin_memory=self.device.type == "cuda")
             self._stream = zip([*rest[1:], None], loader)  # (the ref expected next, this batch)
         self._next, batch = next(self._stream)
+        if isinstance(batch, LoadFailure):
+            raise DataError(batch.message)
         return batch
 
     def train_step(self, batch: BatchRef) -> dict[str, Any]:
         images, mask, targets = self.load(batch)
-        images, mask = images.to(self.device, non_blocking=True), mask.to(self.device, non_blocking=True)
+        images = images.to(self.device, non_blocking=True, memory_format=self.memory_format)
+        mask = mask.to(self.device, non_blocking=True)
         targets = [{"labels": t["labels"].to(self.device), "boxes": t["boxes"].to(self.device)} for t in targets]
         losses = self.criterion(self.train_model(images, mask), targets)
         return {"loss": losses["loss"], "items": len(images), **{k: losses[k].detach() for k in LOGGED}}
@@ -137,3 +162,22 @@ class DetectionTask:
             return {}
         return evaluate_detector(self.model, self.val_set, self.eval_batch_size)
 
+
+
+def resolve_amp(amp: str, device: torch.device) -> str:
+    """The loop's autocast for `train.amp`: "auto" is bf16 on CUDA and off on a CPU; fp16 needs CUDA (ConfigError)."""
+    if amp == "fp16" and device.type != "cuda":
+        raise ConfigError(f"amp fp16 needs a CUDA device (loss scaling), and this run trains on {device.type}; "
+                          "use --amp bf16 or --amp off")
+    if amp == "auto":
+        return "bf16" if device.type == "cuda" else "off"
+    return amp
+
+
+def loop_config(config: DetectionConfig, device: torch.device, eval_every_minutes: float = 2.0,
+                compile: bool = False) -> LoopConfig:
+    """The training loop's settings for a detection run: clipping, accumulation and autocast from `config.train`."""
+    train = config.train
+    return LoopConfig(eval_every_minutes=eval_every_minutes, checkpoint_every_minutes=eval_every_minutes,
+                      grad_clip=train.clip_max_norm or None, accumulate=train.accumulate,
+                      amp=resolve_amp(train.amp, device), compile=compile)

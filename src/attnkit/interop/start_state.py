@@ -13,6 +13,7 @@ from dataclasses import asdict
 import torch
 from torch import nn
 
+from attnkit.training.fused_optimizer import fused_options
 from attnkit.training.loop import LoopState
 from attnkit.training.rng import capture_rng
 from attnkit.translation.config import TranslationConfig
@@ -21,7 +22,8 @@ from attnkit.translation.schedule import inverse_sqrt_schedule
 
 def write_translation_start_state(run, model: nn.Module, config: TranslationConfig) -> None:
     """state/step-00000000 in RUN: `model`'s weights, the optimizer and schedule TranslationTask builds."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=config.adam_betas, eps=config.adam_eps)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=config.adam_betas, eps=config.adam_eps,
+                                 **fused_options(next(model.parameters()).device))
     scheduler = inverse_sqrt_schedule(optimizer, config.model.d_model, config.warmup_steps, config.lr_scale)
     run.save_state(0, {"loop": asdict(LoopState()), "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                        "scheduler": scheduler.state_dict(), "scaler": None, "task": None, "rng": capture_rng()})

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from attnkit.training import distributed
+from attnkit.training.fused_optimizer import fused_options
 from attnkit.translation.batching import Batch, Example, collate, make_examples, padding_fraction, token_batches
 from attnkit.translation.config import TranslationConfig, build_model
 from attnkit.translation.data import Corpus
@@ -52,7 +53,8 @@ class TranslationTask:
         torch.manual_seed(config.seed)
         self.model = build_model(config).to(self.device)
         self.train_model = distributed.wrap(self.model)  # DDP under torchrun: averages gradients across processes
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1.0, betas=config.adam_betas, eps=config.adam_eps)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1.0, betas=config.adam_betas, eps=config.adam_eps,
+                                          **fused_options(self.device))
         self.scheduler = inverse_sqrt_schedule(self.optimizer, config.model.d_model, config.warmup_steps, config.lr_scale)
         self.lengths = [example.lengths for example in train]
         self.valid = Corpus(valid.pairs[:config.eval_sentences], valid.report)
