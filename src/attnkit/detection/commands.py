@@ -53,6 +53,8 @@ def train_detection(
     resume: bool = typer.Option(False, "--resume", help="Continue the run in OUT where it stopped."),
     device: str = typer.Option(None, "--device", help="cpu or cuda (default: cuda when available)."),
     workers: int = typer.Option(None, "--workers", help="Data-loading processes (default: 0 on a CPU, 4 on a GPU)."),
+    skip_bad_images: bool = typer.Option(False, "--skip-bad-images", help="Decode every image first; skip and list "
+                                         "the unreadable ones and unusable annotation entries instead of stopping."),
 ) -> None:
     """Train a DETR detector on DATA; writes the run folder OUT."""
     with user_errors():
@@ -66,19 +68,24 @@ def train_detection(
         shapes = ShapesConfig(image_size=shapes_size, train_images=shapes_images, val_images=shapes_val_images)
         assignments = list(set_) + ([f"model.arch={arch}"] if arch else []) + (["train.flip=false"] if no_flip else [])
         train(out, data, budget, preset, assignments, shapes, (images, annotations), (val_images, val_annotations),
-              backbone_weights, eval_every_minutes, resume, _device(device), workers=workers, init=init)
+              backbone_weights, eval_every_minutes, resume, _device(device), workers=workers, init=init,
+              skip_bad_images=skip_bad_images)
         distributed.finish()
 
 
 def train(out: Path, data: str | None, budget, preset_name: str = "small", assignments: list[str] = (),
           shapes=None, train_paths=(None, None), val_paths=(None, None), backbone_weights: Path | None = None,
           eval_every_minutes: float = 2.0, resume: bool = False, device: torch.device = torch.device("cpu"),
-          progress: bool = True, workers: int | None = None, init: Path | None = None):
+          progress: bool = True, workers: int | None = None, init: Path | None = None,
+          skip_bad_images: bool = False):
     """Resolve the config and the data, create (or reopen) the run folder and train; returns the Trainer's result.
 
     init: a detection run to start from (`attnkit.interop.finetune`): its model config and weights, the
     class head re-initialised for another number of classes; ignored on resume (the run's own state is).
+    skip_bad_images: leave out unreadable images and unusable annotation entries of both splits, list
+    them (`attnkit.detection.bad_images`) and write them to RUN/skipped.json, instead of stopping.
     """
+    from attnkit.detection.bad_images import skipped_summary, write_skipped
     from attnkit.detection.shapes import ShapesConfig
     from attnkit.detection.task import DetectionTask
     from attnkit.training import LoopConfig, RunFolder, Trainer, distributed
@@ -94,16 +101,18 @@ def train(out: Path, data: str | None, budget, preset_name: str = "small", assig
     if init is not None and backbone_weights is not None:
         raise ConfigError("--init and --backbone-weights both give the backbone's weights; use one")
     config = _resolve_config(out, resume, preset_name, list(assignments), data, train_paths, shapes,
-                             backbone_weights, init)
+                             backbone_weights, init, skip_bad_images)
     start = _init_weights(config, init) if init is not None else None  # checked before OUT is written
     shapes = ShapesConfig(**config.shapes) if config.data == "shapes" else shapes
     with distributed.main_first():  # rank 0 creates OUT (and writes `shapes` there); the others read it
         if config.data != "shapes":  # read the user's data before creating the run folder
-            train_set, val_set = _open_splits(config, out, shapes, train_paths, val_paths)
+            train_set, val_set = _open_splits(config, out, shapes, train_paths, val_paths, skip_bad_images)
         run = RunFolder.create(out, "detection", _document(config, out, resume, start), resume=resume) \
             if distributed.is_main() else RunFolder.open(out, "detection")
         if config.data == "shapes":
-            train_set, val_set = _open_splits(config, run.path, shapes, train_paths, val_paths)
+            train_set, val_set = _open_splits(config, run.path, shapes, train_paths, val_paths, skip_bad_images)
+    if skip_bad_images and distributed.is_main():
+        write_skipped(run.path / "skipped.json", {"train": train_set, "val": val_set})
     task = DetectionTask(config, train_set, val_set, device, backbone_weights if not resume else None,
                          workers=workers, init=start.tensors if start is not None else None)
     parameters = sum(p.numel() for p in task.model.parameters())
@@ -116,11 +125,16 @@ def train(out: Path, data: str | None, budget, preset_name: str = "small", assig
     loop = LoopConfig(eval_every_minutes=eval_every_minutes, checkpoint_every_minutes=eval_every_minutes,
                       grad_clip=config.train.clip_max_norm or None, amp="bf16" if device.type == "cuda" else "off")
     result = Trainer(task, run, budget, loop, progress=progress).fit(resume=resume)
+    if skip_bad_images:
+        same = (val_set.images, val_set.coco.path) == (train_set.images, train_set.coco.path)
+        print(f"bad data: training split {skipped_summary(train_set.coco)}; validation split "
+              f"{'the same images' if same else skipped_summary(val_set.coco)}; all listed in "
+              f"{run.path / 'skipped.json'}")
     print(f"run folder: {run.path}")
     return result
 
 
-def _open_splits(config, run: Path, shapes, train_paths, val_paths):
+def _open_splits(config, run: Path, shapes, train_paths, val_paths, skip_bad: bool = False):
     """The training split (augmented) and the validation split (evaluation transforms) of the run's data."""
     from attnkit.detection.sources import open_split, split_paths
     from attnkit.detection.transforms import eval_transforms, train_transforms
@@ -128,12 +142,15 @@ def _open_splits(config, run: Path, shapes, train_paths, val_paths):
     t = config.train
     train_set = open_split(split_paths(config.data if train_paths[0] is None else None, "train", run, shapes,
                                        *train_paths), train_transforms(t.train_scales, t.max_size, t.flip,
-                                                                       t.crop_min_fraction), for_evaluation=False)
-    if val_paths[0] is None and train_paths[0] is not None:
+                                                                       t.crop_min_fraction), for_evaluation=False,
+                           skip_bad=skip_bad)
+    same = val_paths[0] is None and train_paths[0] is not None
+    if same:
         print("data: no --val-images/--val-annotations; validating on the training images")
         val_paths = train_paths
     val_set = open_split(split_paths(config.data if val_paths[0] is None else None, "val", run, shapes,
-                                     *val_paths), eval_transforms(t.val_size, t.max_size))
+                                     *val_paths), eval_transforms(t.val_size, t.max_size), skip_bad=skip_bad,
+                         unreadable=train_set.coco.skipped_images if same else None)
     check_categories(config, val_set.coco)
     return train_set, val_set
 
@@ -158,7 +175,8 @@ def _document(config, out: Path, resume: bool, start) -> dict:
 
 
 def _resolve_config(out: Path, resume: bool, preset_name: str, assignments: list[str], data: str | None,
-                    train_paths, shapes, backbone_weights: Path | None, init: Path | None = None):
+                    train_paths, shapes, backbone_weights: Path | None, init: Path | None = None,
+                    skip_bad: bool = False):
     from attnkit.detection.config import DetectionConfig, override, preset
     from attnkit.detection.data import load_annotations
     from attnkit.detection.shapes import CLASSES
@@ -177,7 +195,8 @@ def _resolve_config(out: Path, resume: bool, preset_name: str, assignments: list
         names, ids = tuple(CLASSES), tuple(range(1, len(CLASSES) + 1))
         source, shapes_fields = "shapes", asdict(shapes)
     else:
-        coco = load_annotations(split_paths(data, "train", out, shapes, *train_paths)[1], keep_raw=False)
+        coco = load_annotations(split_paths(data, "train", out, shapes, *train_paths)[1], keep_raw=False,
+                                skip_bad=skip_bad)
         names, ids, shapes_fields = tuple(coco.names), tuple(coco.category_ids), {}
         source = str(data) if train_paths[0] is None else EXPLICIT
     frozen = config.model.frozen_batchnorm if init is not None else backbone_weights is not None

@@ -8,6 +8,9 @@ where pycocotools treats them as "ignore" regions. Boxes are clamped to the imag
 are empty after clamping, or have a NaN or infinite coordinate, are dropped and counted. Images
 without objects are valid samples. File names must stay inside the image folder (no absolute
 paths, no ".."), and images over `MAX_IMAGE_PIXELS` pixels are refused before decoding.
+Told to skip bad entries (`--skip-bad-images`), the reader leaves out and lists an image or
+annotation entry it cannot use instead of stopping; `attnkit.detection.bad_images` does the same
+for image files that cannot be read.
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ class CocoAnnotations:
     degenerate: int = 0  # boxes dropped because they are empty after clamping to the image (or not finite)
     crowd: int = 0  # crowd objects left out of training targets
     label_of: dict[int, int] = field(default_factory=dict)  # COCO category id -> label
+    skipped_entries: list[str] = field(default_factory=list)  # unusable entries left out (skip_bad=True): why
+    skipped_images: dict[int, str] = field(default_factory=dict)  # image id -> why its file was left out
 
     @property
     def num_classes(self) -> int:
@@ -77,10 +82,13 @@ def resolve_coco(data: Path, split: str) -> tuple[Path, Path]:
     raise DataError(f"{data}: no annotations/instances_{split}2017.json or annotations/instances_{split}.json")
 
 
-def load_annotations(path: Path, keep_raw: bool = True) -> CocoAnnotations:
+def load_annotations(path: Path, keep_raw: bool = True, skip_bad: bool = False) -> CocoAnnotations:
     """Read and validate a COCO instances file; every error names the file and the entry.
 
     keep_raw=False drops the loaded JSON once parsed (a training split never needs it again).
+    skip_bad=True leaves out the `images` and `annotations` entries that would stop the reading
+    (and the annotations of a left-out image), lists why in `skipped_entries` and drops them from
+    `raw` too; a file that is not a COCO instances file, or a bad category, still stops it.
     """
     try:
         raw = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -95,22 +103,37 @@ def load_annotations(path: Path, keep_raw: bool = True) -> CocoAnnotations:
             raise DataError(f"{path}: missing or non-list '{key}'")
     category_ids, names = _read_categories(path, raw["categories"])
     label_of = {category_id: label for label, category_id in enumerate(category_ids)}
-    images = _read_images(path, raw["images"])
+    skipped: list[str] | None = [] if skip_bad else None
+    images = _read_images(path, raw["images"], skipped)
     objects: dict[int, list[tuple[list[float], int]]] = {image_id: [] for image_id in images}
-    crowd = 0
+    crowd, used = 0, []
     for index, entry in enumerate(raw["annotations"]):
-        image_id, category_id, bbox, is_crowd = _read_annotation(path, index, entry, images, label_of)
+        try:
+            image_id, category_id, bbox, is_crowd = _read_annotation(path, index, entry, images, label_of)
+        except DataError as error:
+            _bad(error, skipped)
+            continue
+        used.append(entry)
         if is_crowd:
             crowd += 1
         else:
             objects[image_id].append((bbox, label_of[category_id]))
     records, degenerate = [], 0
-    for image_id, (file_name, width, height) in images.items():
+    for image_id, ((file_name, width, height), _) in images.items():
         record, dropped = _make_record(image_id, file_name, width, height, objects[image_id])
         records.append(record)
         degenerate += dropped
+    if skipped:  # what pycocotools evaluates against: the entries kept
+        raw = {**raw, "images": [entry for _, entry in images.values()], "annotations": used}
     return CocoAnnotations(Path(path), raw if keep_raw else None, category_ids, names, records, degenerate, crowd,
-                           label_of)
+                           label_of, skipped or [])
+
+
+def _bad(error: DataError, skipped: list[str] | None) -> None:
+    """Raise ERROR, or (when skipping bad entries) list it in `skipped`."""
+    if skipped is None:
+        raise error
+    skipped.append(str(error))
 
 
 def _read_categories(path: Path, entries: list[Any]) -> tuple[list[int], list[str]]:
@@ -127,23 +150,33 @@ def _read_categories(path: Path, entries: list[Any]) -> tuple[list[int], list[st
     return ids, [seen[i] for i in ids]
 
 
-def _read_images(path: Path, entries: list[Any]) -> dict[int, tuple[str, int, int]]:
-    images: dict[int, tuple[str, int, int]] = {}
+def _read_images(path: Path, entries: list[Any], skipped: list[str] | None = None) -> dict[int, tuple[tuple, Any]]:
+    """image id -> ((file name, width, height), the entry as loaded); bad entries raise or go to `skipped`."""
+    images: dict[int, tuple[tuple, Any]] = {}
     for index, entry in enumerate(entries):
-        if not isinstance(entry, dict) or not isinstance(entry.get("id"), int):
-            raise DataError(f"{path}: images[{index}] needs an integer 'id'")
-        if not isinstance(entry.get("file_name"), str):
-            raise DataError(f"{path}: images[{index}] (id {entry['id']}) needs a string 'file_name'")
-        if not _inside_folder(entry["file_name"]):
-            raise DataError(f"{path}: images[{index}] (id {entry['id']}) has file_name {entry['file_name']!r}, "
-                            "which is not a relative path inside the image folder")
-        width, height = entry.get("width"), entry.get("height")
-        if not (isinstance(width, int) and isinstance(height, int) and width > 0 and height > 0):
-            raise DataError(f"{path}: images[{index}] (id {entry['id']}) needs positive integer width and height")
-        if entry["id"] in images:
-            raise DataError(f"{path}: images[{index}] repeats image id {entry['id']}")
-        images[entry["id"]] = (entry["file_name"], width, height)
+        try:
+            parsed = _read_image_entry(path, index, entry, images)
+        except DataError as error:
+            _bad(error, skipped)
+            continue
+        images[entry["id"]] = (parsed, entry)
     return images
+
+
+def _read_image_entry(path: Path, index: int, entry: Any, images: dict) -> tuple[str, int, int]:
+    if not isinstance(entry, dict) or not isinstance(entry.get("id"), int):
+        raise DataError(f"{path}: images[{index}] needs an integer 'id'")
+    if not isinstance(entry.get("file_name"), str):
+        raise DataError(f"{path}: images[{index}] (id {entry['id']}) needs a string 'file_name'")
+    if not _inside_folder(entry["file_name"]):
+        raise DataError(f"{path}: images[{index}] (id {entry['id']}) has file_name {entry['file_name']!r}, "
+                        "which is not a relative path inside the image folder")
+    width, height = entry.get("width"), entry.get("height")
+    if not (isinstance(width, int) and isinstance(height, int) and width > 0 and height > 0):
+        raise DataError(f"{path}: images[{index}] (id {entry['id']}) needs positive integer width and height")
+    if entry["id"] in images:
+        raise DataError(f"{path}: images[{index}] repeats image id {entry['id']}")
+    return entry["file_name"], width, height
 
 
 def _read_annotation(path: Path, index: int, entry: Any, images: dict, label_of: dict[int, int]):
@@ -231,13 +264,19 @@ class CocoDetection(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.coco.records)
 
-    def __getitem__(self, index: int) -> Sample:
+    def read(self, index: int) -> Image.Image:
+        """The decoded RGB image of sample INDEX; a DataError naming the file if it is unreadable or not as annotated."""
         record = self.coco.records[index]
         pil = read_image(self.images / record.file_name, record.image_id)
         if pil.size != (record.width, record.height):
             raise DataError(f"{self.images / record.file_name} (image id {record.image_id}): size {pil.size} "
                             f"differs from width/height {record.width}x{record.height} in {self.coco.path}")
-        image = tv_tensors.Image(torch.as_tensor(bytearray(pil.tobytes()), dtype=torch.uint8)
+        return pil
+
+    def __getitem__(self, index: int) -> Sample:
+        record = self.coco.records[index]
+        pil = self.read(index)
+        image = tv_tensors.Image(torch.frombuffer(bytearray(pil.tobytes()), dtype=torch.uint8)
                                  .view(record.height, record.width, 3).permute(2, 0, 1))  # (3, height, width)
         target = {
             "boxes": tv_tensors.BoundingBoxes(record.boxes.clone(), format="XYXY",

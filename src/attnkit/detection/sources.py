@@ -8,11 +8,13 @@ folder (`train2017/`, `annotations/instances_train2017.json`, or the same withou
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
+from attnkit.detection.bad_images import drop_images, find_unreadable, skipped_summary
 from attnkit.detection.data import CocoDetection, load_annotations, resolve_coco
 from attnkit.detection.shapes import ShapesConfig, write_shapes
-from attnkit.errors import ConfigError
+from attnkit.errors import ConfigError, DataError
 
 EXPLICIT = "explicit"  # the run config's `data` when the user named --images/--annotations
 
@@ -35,15 +37,37 @@ def split_paths(data: str | None, split: str, run: Path, shapes: ShapesConfig,
     return resolve_coco(Path(data), split)
 
 
-def open_split(paths: tuple[Path, Path], transforms, for_evaluation: bool = True) -> CocoDetection:
-    """The dataset of one split, with its annotation report printed (crowd objects, dropped boxes)."""
+def open_split(paths: tuple[Path, Path], transforms, for_evaluation: bool = True, skip_bad: bool = False,
+               unreadable: dict[int, str] | None = None) -> CocoDetection:
+    """The dataset of one split, with its annotation report printed (crowd objects, dropped boxes).
+
+    skip_bad: leave out (and list) unusable annotation entries and, after decoding every image once,
+    the images that cannot be read (`attnkit.detection.bad_images`); `unreadable`: those already
+    found in the same images (the training split, when it is also the validation split).
+    """
     images, annotation_file = paths
     if not images.is_dir():
         raise ConfigError(f"{images}: image folder not found")
-    coco = load_annotations(annotation_file, keep_raw=for_evaluation)
+    coco = load_annotations(annotation_file, keep_raw=for_evaluation, skip_bad=skip_bad)
+    dataset = CocoDetection(images, coco, transforms)
+    if skip_bad:
+        _drop_unreadable(dataset, unreadable)
     empty = sum(1 for r in coco.records if len(r.labels) == 0)
     print(f"data: {annotation_file}: {len(coco.records)} images, {coco.num_classes} classes, "
           f"{sum(len(r.labels) for r in coco.records)} boxes, {empty} images without objects, "
-          f"{coco.crowd} crowd objects (ignored in training), {coco.degenerate} degenerate boxes dropped",
-          file=sys.stderr)
-    return CocoDetection(images, coco, transforms)
+          f"{coco.crowd} crowd objects (ignored in training), {coco.degenerate} degenerate boxes dropped"
+          + (f"; {skipped_summary(coco)}" if skip_bad else ""), file=sys.stderr)
+    return dataset
+
+
+def _drop_unreadable(dataset: CocoDetection, unreadable: dict[int, str] | None) -> None:
+    """Decode every image of DATASET (unless `unreadable` says already which fail) and take out those that fail."""
+    if unreadable is None:
+        start = time.perf_counter()
+        unreadable = find_unreadable(dataset)
+        print(f"data: decoded the {len(dataset)} images of {dataset.images} in {time.perf_counter() - start:.1f} s "
+              "to find unreadable ones", file=sys.stderr)
+    ids = {record.image_id for record in dataset.coco.records}
+    drop_images(dataset.coco, {image_id: why for image_id, why in unreadable.items() if image_id in ids})
+    if not dataset.coco.records:
+        raise DataError(f"{dataset.coco.path}: no usable image left: {skipped_summary(dataset.coco)}")
