@@ -53,6 +53,14 @@ def train_detection(
     resume: bool = typer.Option(False, "--resume", help="Continue the run in OUT where it stopped."),
     device: str = typer.Option(None, "--device", help="cpu or cuda (default: cuda when available)."),
     workers: int = typer.Option(None, "--workers", help="Data-loading processes (default: 0 on a CPU, 4 on a GPU)."),
+    amp: str = typer.Option(None, "--amp", help="Autocast: auto (the default: bf16 on CUDA, off on a CPU), off, bf16, "
+                            "or fp16 (CUDA only, with loss scaling); same as --set train.amp=..."),
+    accumulate: int = typer.Option(None, "--accumulate", help="Batches per optimizer step (default 1); same as "
+                                   "--set train.accumulate=N."),
+    compile_: bool = typer.Option(False, "--compile", help="Train through torch.compile (the first step compiles; "
+                                  "weights are saved as without it)."),
+    channels_last: bool = typer.Option(False, "--channels-last", help="Backbone and images in channels-last memory "
+                                       "format (faster convolutions on recent GPUs; same results)."),
     skip_bad_images: bool = typer.Option(False, "--skip-bad-images", help="Decode every image first; skip and list "
                                          "the unreadable ones and unusable annotation entries instead of stopping."),
 ) -> None:
@@ -67,9 +75,11 @@ def train_detection(
         budget = Budget(steps=steps, epochs=epochs, minutes=minutes if (steps or epochs or minutes) else 10.0)
         shapes = ShapesConfig(image_size=shapes_size, train_images=shapes_images, val_images=shapes_val_images)
         assignments = list(set_) + ([f"model.arch={arch}"] if arch else []) + (["train.flip=false"] if no_flip else [])
+        assignments += ([f"train.amp={amp}"] if amp else []) + \
+            ([f"train.accumulate={accumulate}"] if accumulate is not None else [])
         train(out, data, budget, preset, assignments, shapes, (images, annotations), (val_images, val_annotations),
               backbone_weights, eval_every_minutes, resume, _device(device), workers=workers, init=init,
-              skip_bad_images=skip_bad_images)
+              skip_bad_images=skip_bad_images, compile=compile_, channels_last=channels_last)
         distributed.finish()
 
 
@@ -77,18 +87,20 @@ def train(out: Path, data: str | None, budget, preset_name: str = "small", assig
           shapes=None, train_paths=(None, None), val_paths=(None, None), backbone_weights: Path | None = None,
           eval_every_minutes: float = 2.0, resume: bool = False, device: torch.device = torch.device("cpu"),
           progress: bool = True, workers: int | None = None, init: Path | None = None,
-          skip_bad_images: bool = False):
+          skip_bad_images: bool = False, compile: bool = False, channels_last: bool = False):
     """Resolve the config and the data, create (or reopen) the run folder and train; returns the Trainer's result.
 
     init: a detection run to start from (`attnkit.interop.finetune`): its model config and weights, the
     class head re-initialised for another number of classes; ignored on resume (the run's own state is).
     skip_bad_images: leave out unreadable images and unusable annotation entries of both splits, list
     them (`attnkit.detection.bad_images`) and write them to RUN/skipped.json, instead of stopping.
+    compile, channels_last: train through torch.compile; backbone and images in channels-last memory format.
     """
     from attnkit.detection.bad_images import skipped_summary, write_skipped
     from attnkit.detection.shapes import ShapesConfig
-    from attnkit.detection.task import DetectionTask
-    from attnkit.training import LoopConfig, RunFolder, Trainer, distributed
+    from attnkit.detection.config import check_kept
+    from attnkit.detection.task import DetectionTask, loop_config
+    from attnkit.training import RunFolder, Trainer, distributed
 
     device = distributed.setup(device)  # under torchrun: join the process group, this process's GPU
     shapes = shapes or ShapesConfig()
@@ -102,6 +114,9 @@ def train(out: Path, data: str | None, budget, preset_name: str = "small", assig
         raise ConfigError("--init and --backbone-weights both give the backbone's weights; use one")
     config = _resolve_config(out, resume, preset_name, list(assignments), data, train_paths, shapes,
                              backbone_weights, init, skip_bad_images)
+    if resume:
+        check_kept(config, list(assignments))  # --amp / --accumulate may not silently differ from config.json
+    loop = loop_config(config, device, eval_every_minutes, compile)  # before OUT is written: fp16 needs CUDA
     start = _init_weights(config, init) if init is not None else None  # checked before OUT is written
     shapes = ShapesConfig(**config.shapes) if config.data == "shapes" else shapes
     with distributed.main_first():  # rank 0 creates OUT (and writes `shapes` there); the others read it
@@ -114,16 +129,16 @@ def train(out: Path, data: str | None, budget, preset_name: str = "small", assig
     if skip_bad_images and distributed.is_main():
         write_skipped(run.path / "skipped.json", {"train": train_set, "val": val_set})
     task = DetectionTask(config, train_set, val_set, device, backbone_weights if not resume else None,
-                         workers=workers, init=start.tensors if start is not None else None)
+                         workers=workers, init=start.tensors if start is not None else None,
+                         channels_last=channels_last)
     parameters = sum(p.numel() for p in task.model.parameters())
     print(f"model: {config.model.arch} {config.model.backbone}, {parameters / 1e6:.1f}M parameters, "
-          f"{config.model.num_classes} classes, {config.model.num_queries} queries, on {device}")
+          f"{config.model.num_classes} classes, {config.model.num_queries} queries, on {device}"
+          f"{_speed_options(loop, channels_last)}")
     if start is not None:
         head = (f"class head re-initialised for {config.model.num_classes} classes" if start.reinitialised
                 else "class head kept (same number of classes)")
         print(f"init: {len(start.tensors)} tensors from {start.path}; {head}")
-    loop = LoopConfig(eval_every_minutes=eval_every_minutes, checkpoint_every_minutes=eval_every_minutes,
-                      grad_clip=config.train.clip_max_norm or None, amp="bf16" if device.type == "cuda" else "off")
     result = Trainer(task, run, budget, loop, progress=progress).fit(resume=resume)
     if skip_bad_images:
         same = (val_set.images, val_set.coco.path) == (train_set.images, train_set.coco.path)
@@ -132,6 +147,14 @@ def train(out: Path, data: str | None, budget, preset_name: str = "small", assig
               f"{run.path / 'skipped.json'}")
     print(f"run folder: {run.path}")
     return result
+
+
+def _speed_options(loop, channels_last: bool) -> str:
+    """", bf16 autocast, 2 batches per step, torch.compile, channels-last": what the model line adds."""
+    options = [f"{loop.amp} autocast"] if loop.amp != "off" else []
+    options += [f"{loop.accumulate} batches per step"] if loop.accumulate > 1 else []
+    options += (["torch.compile"] if loop.compile else []) + (["channels-last"] if channels_last else [])
+    return "".join(f", {option}" for option in options)
 
 
 def _open_splits(config, run: Path, shapes, train_paths, val_paths, skip_bad: bool = False):

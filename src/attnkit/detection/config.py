@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any
+from typing import Any, Literal
 
 from attnkit.errors import ConfigError
 
@@ -82,6 +82,8 @@ class DetectionTrainConfig:
     giou_loss_coef: float = 2.0
     eos_coef: float = 0.1  # weight of the "no object" class
     seed: int = 0
+    accumulate: int = 1  # batches per optimizer step: each step sees batch_size x accumulate x processes images
+    amp: Literal["auto", "off", "bf16", "fp16"] = "auto"  # autocast; auto: bf16 on CUDA, off on a CPU
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "train_scales", tuple(int(s) for s in self.train_scales))
@@ -89,6 +91,10 @@ class DetectionTrainConfig:
             raise ConfigError("lr must be positive, lr_backbone and weight_decay non-negative")
         if self.batch_size < 1 or self.lr_drop_epochs < 1:
             raise ConfigError("batch_size and lr_drop_epochs must be at least 1")
+        if not isinstance(self.accumulate, int) or self.accumulate < 1:
+            raise ConfigError(f"accumulate must be a whole number of batches, at least 1, got {self.accumulate!r}")
+        if self.amp not in ("auto", "off", "bf16", "fp16"):
+            raise ConfigError(f"amp must be auto, off, bf16 or fp16, got {self.amp!r}")
         if not self.train_scales or min(self.train_scales) < 16 or self.val_size < 16:
             raise ConfigError(f"image sizes must be at least 16 pixels, got {self.train_scales} / {self.val_size}")
         if self.max_size < max(max(self.train_scales), self.val_size):
@@ -113,7 +119,11 @@ class DetectionConfig:
 
     @classmethod
     def from_dict(cls, document: dict[str, Any]) -> DetectionConfig:
-        """Rebuild from config.json; ConfigError on unknown or missing sections."""
+        """Rebuild from config.json; ConfigError on unknown or missing sections.
+
+        Fields added since a run was written take their defaults (`train.amp`, `train.accumulate`),
+        so older run folders still resume, evaluate and detect.
+        """
         try:
             return cls(model=DetrConfig(**document["model"]), train=DetectionTrainConfig(**document["train"]),
                        **{f.name: _tuple(document[f.name]) for f in fields(cls) if f.name not in ("model", "train")})
@@ -166,3 +176,15 @@ def override(config: DetectionConfig, assignments: list[str]) -> DetectionConfig
         if isinstance(error, ConfigError):
             raise
         raise ConfigError(f"invalid value in {' '.join(assignments)} ({error})") from None
+
+
+def check_kept(config: DetectionConfig, assignments: list[str],
+               names: tuple[str, ...] = ("train.amp", "train.accumulate")) -> None:
+    """ConfigError if ASSIGNMENTS give one of NAMES another value than CONFIG (a resumed run's saved config) has."""
+    asked = override(config, [a for a in assignments if a.partition("=")[0] in names]).to_dict()
+    saved = config.to_dict()
+    changed = [f"{key} {saved[section][name]!r} (asked: {asked[section][name]!r})" for key in names
+               for section, _, name in [key.partition(".")] if asked[section][name] != saved[section][name]]
+    if changed:
+        raise ConfigError(f"--resume continues with the run's config.json, which has {', '.join(changed)}; "
+                          "resume without that option, or start a new run (another --out) to change it")

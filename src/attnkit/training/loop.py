@@ -5,7 +5,8 @@ means; the loop supplies everything else:
 
   - mixed precision (`amp="bf16"` on CPU or CUDA; `"fp16"` on CUDA only, with a GradScaler),
     gradient accumulation over `accumulate` batches, gradient clipping, optimizer and LR scheduler
-    steps;
+    steps; with `compile`, training runs through `torch.compile` of the module `train_step` calls
+    (checkpoints keep the uncompiled module's names, without `_orig_mod.`);
   - a step whose loss (or gradient norm) is not finite is skipped and counted; `max_nonfinite` of
     them in a row stop the run with TrainingDiverged, keeping the last good checkpoint;
   - training metrics every `log_every_steps` steps and validation every `eval_every_steps` steps
@@ -36,7 +37,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from itertools import islice
 from typing import Any, Literal, Protocol
@@ -93,10 +94,14 @@ class LoopConfig:
     average_last: int = 5  # checkpoints averaged into weights/average (0 or 1: no average)
     keep_states: int = 2  # training states kept, so resume can fall back on a damaged newest one
     max_nonfinite: int = 10  # non-finite losses in a row before the run stops
+    compile: bool = False  # train through torch.compile(task.train_model); saved weights stay uncompiled
+    compile_backend: str | Callable[..., Any] = "inductor"  # torch.compile's backend ("aot_eager": no kernels)
 
     def __post_init__(self) -> None:
         if self.amp not in ("off", "bf16", "fp16"):
             raise ConfigError(f"amp must be 'off', 'bf16' or 'fp16', got {self.amp!r}")
+        if self.compile and not self.compile_backend:
+            raise ConfigError("compile needs a compile_backend, e.g. 'inductor'")
         for name in ("eval_every_steps", "eval_every_minutes", "grad_clip", "checkpoint_every_steps",
                      "checkpoint_every_minutes"):
             value = getattr(self, name)
@@ -116,7 +121,10 @@ class TrainingTask(Protocol):
       "min", e.g. ("bleu", "max"); default ("loss", "min");
     - `items_name: str`: what `items` counts, for the throughput display ("tokens", "images");
     - `state() -> dict` / `load_state(dict)`: extra state to checkpoint (tensors, numbers, strings,
-      lists, dicts).
+      lists, dicts);
+    - `train_model: nn.Module`: the module `train_step` calls (`model`, or DDP around it); with
+      `LoopConfig.compile` the loop replaces it by its `torch.compile`d form, so a task that trains
+      through `model` directly cannot be compiled.
     """
 
     model: nn.Module
@@ -254,6 +262,10 @@ class Trainer:
         self.items_name = getattr(task, "items_name", "items")
         self.state = LoopState()
         self.last_loss: float | None = None
+        self.synced = getattr(task, "train_model", task.model)  # DDP (for no_sync), before any compilation
+        self._compile_pending = config.compile  # until the first compiled step has run
+        if config.compile:
+            self._compile_train_model()
 
     # ------------------------------------------------------------ the loop
     def fit(self, resume: bool = False) -> FitResult:
@@ -311,7 +323,8 @@ class Trainer:
                 return "epochs"
             if progress.total is None and self.budget.epochs is not None and stream.epoch_length:
                 progress.set_total(self._steps_in_budget(stream.epoch_length))
-            outcome = self._step(group)
+            with self._compile_errors():
+                outcome = self._step(group)
             if outcome is None:
                 state.nonfinite_total += 1
                 state.nonfinite_in_a_row += 1
@@ -375,6 +388,32 @@ class Trainer:
         return by_steps or by_time
 
     # ------------------------------------------------------------ one step
+    def _compile_train_model(self) -> None:
+        """task.train_model becomes torch.compile(task.train_model); task.model (saved, evaluated) stays eager."""
+        if not hasattr(self.task, "train_model"):
+            raise ConfigError(f"compile: {type(self.task).__name__} has no train_model (the module its train_step "
+                              "calls), so there is nothing to compile")
+        self.task.train_model = torch.compile(self.task.train_model, backend=self.config.compile_backend)
+
+    @contextlib.contextmanager
+    def _compile_errors(self) -> Iterator[None]:
+        """Compilation happens at the first step: its failure becomes one UserError instead of a compiler's trace."""
+        if not self._compile_pending:
+            yield
+            return
+        try:
+            yield
+        except Exception as error:
+            if not _from_compiler(error):
+                raise
+            cause = getattr(error, "inner_exception", None) or error  # a backend's own error, if Dynamo wrapped it
+            reason = (str(cause).strip().splitlines() or [""])[0][:300]
+            backend = getattr(self.config.compile_backend, "__name__", self.config.compile_backend)
+            raise UserError(f"--compile: torch.compile (backend {backend}) failed at the first training step on "
+                            f"this machine ({type(cause).__name__}: {reason}); train without --compile (add --resume "
+                            f"to use {self.run.path} again)") from None
+        self._compile_pending = False
+
     def _autocast(self) -> contextlib.AbstractContextManager:
         if self.config.amp == "off":
             return contextlib.nullcontext()
@@ -385,10 +424,9 @@ class Trainer:
         """Forward and backward over the group's batches, then one update; None if skipped as non-finite."""
         self.task.model.train()
         sums: dict[str, float] = {"loss": 0.0, "items": 0.0}
-        trained = getattr(self.task, "train_model", self.task.model)  # DDP, when several processes train
         for index, batch in enumerate(group):
             # gradients are averaged across processes once per update, at the group's last batch
-            with distributed.no_sync(trained) if index < len(group) - 1 else contextlib.nullcontext():
+            with distributed.no_sync(self.synced) if index < len(group) - 1 else contextlib.nullcontext():
                 with self._autocast():
                     output = self.task.train_step(batch)
                 loss = output["loss"]
@@ -592,6 +630,14 @@ def _scalars(metrics: dict[str, Any]) -> dict[str, float]:
     """The metrics that are single numbers (Python numbers or one-element tensors), as floats."""
     return {key: float(value) for key, value in metrics.items()
             if isinstance(value, (int, float)) or (isinstance(value, torch.Tensor) and value.numel() == 1)}
+
+
+def _from_compiler(error: Exception) -> bool:
+    """Whether `error` comes from torch.compile's machinery (Dynamo, Inductor, a backend) rather than the task."""
+    from torch._dynamo.exc import TorchDynamoException
+
+    return isinstance(error, TorchDynamoException) or type(error).__module__.startswith(
+        ("torch._dynamo", "torch._inductor", "torch._functorch"))
 
 
 def _load_component(component: Any, state_dict: dict[str, Any], what: str, path: Any) -> None:

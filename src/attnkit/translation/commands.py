@@ -36,23 +36,32 @@ def train_translation(
     device: str = typer.Option(None, "--device", help="cpu or cuda (default: cuda when available)."),
     skip_bad_lines: bool = typer.Option(False, "--skip-bad-lines", help="Skip malformed data lines (not UTF-8, no "
                                         "tab, bad JSON) and list them, instead of stopping at the first."),
+    amp: str = typer.Option(None, "--amp", help="Autocast: auto (the default: bf16 on CUDA and on CPUs with native "
+                            "bf16), off, bf16, or fp16 (CUDA only, with loss scaling); same as --set amp=..."),
+    accumulate: int = typer.Option(None, "--accumulate", help="Batches per optimizer step (default 1); same as "
+                                   "--set accumulate=N."),
+    compile_: bool = typer.Option(False, "--compile", help="Train through torch.compile (the first step compiles; "
+                                  "weights are saved as without it)."),
 ) -> None:
     """Train a translation model (a Transformer, or with --arch rnn the RNN baseline); writes the run folder OUT."""
     with user_errors():
         from attnkit.training import Budget
         from attnkit.translation.data import load_splits
-        from attnkit.translation.task import train_run
+        from attnkit.translation.task import resolve_amp, train_run
 
         from attnkit.training import distributed
 
         device = distributed.setup(_device(device))  # one process, or one of torchrun's (only rank 0 prints)
+        set_ = list(set_) + ([f"amp={amp}"] if amp else []) + \
+            ([f"accumulate={accumulate}"] if accumulate is not None else [])
         config = _resolve_config(out, preset, set_, source_lang, target_lang, resume, device, arch)
+        resolve_amp(config.amp, device)  # fp16 on a CPU: an error now, before the data is read
         budget = Budget(steps=steps, epochs=epochs, minutes=minutes if (steps or epochs or minutes) else 10.0)
         splits = load_splits(data, {"train": train, "valid": valid, "test": test}, config.source_lang,
                              config.target_lang, skip_bad=skip_bad_lines)
         for corpus in splits.values():
             print(f"data: {corpus.report.summary()}")
-        run = train_run(config, splits, out, budget, device, resume=resume)
+        run = train_run(config, splits, out, budget, device, resume=resume, compile=compile_)
         if "test" in splits and distributed.is_main():
             _report_test(run.path, splits["test"], config.beam_size)
         print(f"run folder: {run.path}")
@@ -139,13 +148,15 @@ def _device(name: str | None) -> torch.device:
 
 def _resolve_config(out: Path, preset_name: str | None, assignments: list[str], source_lang: str | None,
                     target_lang: str | None, resume: bool, device: torch.device, arch: str = "transformer"):
-    from attnkit.translation.config import TranslationConfig, default_preset_name, override, preset, with_architecture
+    from attnkit.translation.config import (TranslationConfig, check_kept, default_preset_name, override, preset,
+                                            with_architecture)
 
     if resume and (out / "config.json").is_file():
         from attnkit.training import RunFolder
 
         config = TranslationConfig.from_dict(RunFolder.open(out, "translation").config)
         print(f"preset: {config.preset} (from {out / 'config.json'})")
+        check_kept(config, list(assignments))  # --amp / --accumulate may not silently differ from config.json
         return config
     if preset_name is None:
         preset_name = default_preset_name(device.type == "cuda")

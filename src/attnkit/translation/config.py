@@ -177,3 +177,14 @@ def _check_keys(values: dict[str, Any], cls: type, prefix: str) -> None:
     if unknown:
         raise ConfigError(f"unknown config key{'s' if len(unknown) > 1 else ''} "
                           f"{', '.join(prefix + k for k in unknown)}")
+
+
+def check_kept(config: TranslationConfig, assignments: list[str],
+               names: tuple[str, ...] = ("amp", "accumulate")) -> None:
+    """ConfigError if ASSIGNMENTS give one of NAMES another value than CONFIG (a resumed run's saved config) has."""
+    asked = override(config, [a for a in assignments if a.partition("=")[0] in names])
+    changed = [f"{name} {getattr(config, name)!r} (asked: {getattr(asked, name)!r})" for name in names
+               if getattr(asked, name) != getattr(config, name)]
+    if changed:
+        raise ConfigError(f"--resume continues with the run's config.json, which has {', '.join(changed)}; "
+                          "resume without that option, or start a new run (another --out) to change it")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from attnkit.errors import ConfigError
 from attnkit.training import distributed
 from attnkit.training.fused_optimizer import fused_options
 from attnkit.translation.batching import Batch, Example, collate, make_examples, padding_fraction, token_batches
@@ -120,8 +121,11 @@ def prepare(config: TranslationConfig, splits: dict[str, Corpus], tokenizer_fold
 
 
 def train_run(config: TranslationConfig, splits: dict[str, Corpus], out: Path, budget, device: torch.device,
-              resume: bool = False, progress: bool = True):
-    """Prepare the data, create (or reopen) the run folder OUT and train until `budget` is spent; returns the run."""
+              resume: bool = False, progress: bool = True, compile: bool = False):
+    """Prepare the data, create (or reopen) the run folder OUT and train until `budget` is spent; returns the run.
+
+    compile: train through torch.compile (`LoopConfig.compile`); the saved weights are the same either way.
+    """
     from attnkit.training import LoopConfig, RunFolder, Trainer
 
     device = distributed.setup(device)  # under torchrun: join the process group, this process's GPU
@@ -138,13 +142,19 @@ def train_run(config: TranslationConfig, splits: dict[str, Corpus], out: Path, b
     task = TranslationTask(config, prepared.tokenizer, prepared.train, splits["valid"], device)
     loop = LoopConfig(eval_every_minutes=config.eval_every_minutes, checkpoint_every_minutes=config.eval_every_minutes,
                       grad_clip=config.grad_clip, accumulate=config.accumulate, amp=amp,
-                      average_last=config.average_last)
+                      average_last=config.average_last, compile=compile)
     Trainer(task, run, budget, loop, progress=progress).fit(resume=resume)
     return run
 
 
 def resolve_amp(amp: str, device: torch.device) -> str:
-    """"auto": bf16 autocast on CUDA and on CPUs with native bf16 arithmetic (AVX512-BF16 or AMX), else off."""
+    """"auto": bf16 autocast on CUDA and on CPUs with native bf16 arithmetic (AVX512-BF16 or AMX), else off.
+
+    ConfigError for fp16 off CUDA (its loss scaler needs CUDA).
+    """
+    if amp == "fp16" and device.type != "cuda":
+        raise ConfigError(f"amp fp16 needs a CUDA device (loss scaling), and this run trains on {device.type}; "
+                          "use --amp bf16 or --amp off")
     if amp != "auto":
         return amp
     return "bf16" if device.type == "cuda" or (device.type == "cpu" and cpu_has_bf16()) else "off"
