@@ -12,8 +12,10 @@ fields of `DetrConfig` differ:
     detr                 the faithful DETR (Carion et al. 2020)
     fast                 all techniques on (attnkit.detection.variants)
     fast-no-<technique>  fast with one technique off: multi-scale (feature_levels=1), deformable
-                         (full attention), refinement (DETR's learned queries), focal (softmax
-                         cross-entropy), groups (query_groups=1)
+                         (full attention), two-stage (learned anchors instead of the encoder's
+                         proposals), refinement (DETR's learned queries; two-stage off too, since
+                         it needs boxes to refine), focal (softmax cross-entropy), groups
+                         (query_groups=1)
 
 Datasets: `shapes` (built in: 5 filled shape classes, 0-4 objects, 128 px square images) and
 `marks`, written here in COCO layout and read like any user dataset: 4 other object kinds (rings,
@@ -48,7 +50,8 @@ VARIANTS = {
     "fast": ["model.arch=fast"],
     "fast-no-multi-scale": ["model.arch=fast", "model.feature_levels=1"],
     "fast-no-deformable": ["model.arch=fast", "model.deformable_attention=false"],
-    "fast-no-refinement": ["model.arch=fast", "model.box_refinement=false"],
+    "fast-no-two-stage": ["model.arch=fast", "model.two_stage=false"],
+    "fast-no-refinement": ["model.arch=fast", "model.box_refinement=false", "model.two_stage=false"],
     "fast-no-focal": ["model.arch=fast", "model.focal_loss=false"],
     "fast-no-groups": ["model.arch=fast", "model.query_groups=1"],
 }

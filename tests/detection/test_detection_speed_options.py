@@ -68,11 +68,20 @@ def test_two_accumulated_batches_of_two_step_like_one_batch_of_four(tmp_path, fo
     assert any(g.abs().sum() > 0 for g in grad_whole.values())
 
 
-def test_accumulate_counts_the_learning_rate_drop_in_optimizer_steps(four_images):
-    config = tiny_config(batch_size=1, lr_drop_epochs=3)
-    assert DetectionTask(config, four_images, None).scheduler.step_size == 12  # 4 batches an epoch, 3 epochs
-    config = replace(config, train=replace(config.train, accumulate=2))
-    assert DetectionTask(config, four_images, None).scheduler.step_size == 6
+def test_learning_rates_drop_once_the_fraction_of_the_budget_is_spent(tmp_path, four_images):
+    for budget in (Budget(steps=4), Budget(epochs=2)):  # 4 steps either way: 4 batches of 2, accumulated 2 by 2
+        task = DetectionTask(tiny_config(batch_size=1, accumulate=2, lr_drop=0.5), four_images, None)
+        run = RunFolder.create(tmp_path / str(budget.steps), "detection", task.config.to_dict())
+        loop = replace(loop_config(task.config, CPU), log_every_steps=1, checkpoint_every_minutes=None, average_last=0)
+        Trainer(task, run, budget, loop, progress=False).fit()
+        rates = [r["lr"] for r in run.metrics() if r["split"] == "train"]
+        lr = task.config.train.lr
+        assert_close(rates, [lr, lr, lr / 10, lr / 10], rtol=1e-6, atol=0), budget
+    older = task.config.to_dict()  # a run written when the drop came after a number of epochs
+    older["train"] = {**{k: v for k, v in older["train"].items() if k != "lr_drop"}, "lr_drop_epochs": 200}
+    assert DetectionConfig.from_dict(older).train.lr_drop == 1.0  # resumes without a drop
+    with pytest.raises(ConfigError, match="lr_drop"):
+        tiny_config(lr_drop=0)
 
 
 def test_bf16_autocast_trains_with_finite_losses(tmp_path, four_images):

@@ -40,6 +40,7 @@ class DetrConfig:
     box_refinement: bool = True  # anchor-box queries, refined by every decoder layer
     focal_loss: bool = True  # sigmoid focal classification loss and matching cost
     query_groups: int = 3  # query groups trained one-to-one each (Group DETR); 1 = off
+    two_stage: bool = True  # the decoder starts from the best encoder proposals (needs box_refinement)
 
     def __post_init__(self) -> None:
         if self.backbone not in BACKBONES:
@@ -53,6 +54,9 @@ class DetrConfig:
         if self.hidden_dim % self.num_heads or self.hidden_dim % 2:
             raise ConfigError(f"hidden_dim ({self.hidden_dim}) must be even and divisible by num_heads "
                               f"({self.num_heads})")
+        if self.two_stage and not self.box_refinement and self.arch != "detr":
+            raise ConfigError("two_stage starts the decoder from proposed boxes and needs box_refinement; "
+                              "set both to false to ablate refinement")
         if not 0 <= self.dropout < 1:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
         if not 1 <= self.feature_levels <= 3 or self.deformable_points < 1 or self.query_groups < 1:
@@ -68,7 +72,7 @@ class DetectionTrainConfig:
     weight_decay: float = 1e-4
     clip_max_norm: float = 0.1
     batch_size: int = 2
-    lr_drop_epochs: int = 200  # learning rates x 0.1 after this many epochs
+    lr_drop: float = 2 / 3  # learning rates x 0.1 once this fraction of the budget is spent (200 of 300 epochs); 1: never
     train_scales: tuple[int, ...] = (480, 512, 544, 576, 608, 640, 672, 704, 736, 768, 800)
     max_size: int = 1333
     val_size: int = 800
@@ -89,8 +93,11 @@ class DetectionTrainConfig:
         object.__setattr__(self, "train_scales", tuple(int(s) for s in self.train_scales))
         if self.lr <= 0 or self.lr_backbone < 0 or self.weight_decay < 0:
             raise ConfigError("lr must be positive, lr_backbone and weight_decay non-negative")
-        if self.batch_size < 1 or self.lr_drop_epochs < 1:
-            raise ConfigError("batch_size and lr_drop_epochs must be at least 1")
+        if self.batch_size < 1:
+            raise ConfigError(f"batch_size must be at least 1, got {self.batch_size}")
+        if not 0 < self.lr_drop <= 1:
+            raise ConfigError(f"lr_drop is the fraction of the budget after which the learning rates drop, "
+                              f"in (0, 1], got {self.lr_drop}")
         if not isinstance(self.accumulate, int) or self.accumulate < 1:
             raise ConfigError(f"accumulate must be a whole number of batches, at least 1, got {self.accumulate!r}")
         if self.amp not in ("auto", "off", "bf16", "fp16"):
@@ -125,7 +132,12 @@ class DetectionConfig:
         so older run folders still resume, evaluate and detect.
         """
         try:
-            return cls(model=DetrConfig(**document["model"]), train=DetectionTrainConfig(**document["train"]),
+            model = {"two_stage": False, **document["model"]}  # runs written before two-stage existed
+            train = dict(document["train"])
+            if "lr_drop_epochs" in train:  # older runs (a drop after N epochs): resume without one
+                train = {"lr_drop": 1.0, **train}
+                del train["lr_drop_epochs"]
+            return cls(model=DetrConfig(**model), train=DetectionTrainConfig(**train),
                        **{f.name: _tuple(document[f.name]) for f in fields(cls) if f.name not in ("model", "train")})
         except (KeyError, TypeError) as error:
             raise ConfigError(f"not a detection config ({error})") from None
@@ -138,7 +150,7 @@ def _tuple(value: Any) -> Any:
 _SMALL_MODEL = DetrConfig(backbone="resnet18", hidden_dim=128, num_heads=8, enc_layers=2, dec_layers=2,
                           dim_feedforward=512, dropout=0.0, num_queries=15)
 _SMALL_TRAIN = DetectionTrainConfig(lr=3e-4, lr_backbone=3e-4, clip_max_norm=0.1, batch_size=4,
-                                    lr_drop_epochs=1000, train_scales=(80, 88, 96, 104, 112), max_size=160,
+                                    train_scales=(80, 88, 96, 104, 112), max_size=160,
                                     val_size=96, crop_min_fraction=0.6)
 PRESETS: dict[str, tuple[DetrConfig, DetectionTrainConfig]] = {
     "detr-r50": (DetrConfig(), DetectionTrainConfig()),

@@ -56,6 +56,9 @@ class SetCriterion(nn.Module):
         losses["cardinality_error"] = cardinality_error(outputs["pred_logits"], targets)
         for i, aux in enumerate(outputs.get("aux_outputs", [])):
             losses.update({f"{k}_{i}": v for k, v in self._layer_losses(aux, targets, num_boxes).items()})
+        if "enc_outputs" in outputs:  # two-stage detectors' first-stage proposals (variants/query_selection)
+            losses.update({f"{k}_enc": v for k, v in self._layer_losses(outputs["enc_outputs"], targets,
+                                                                          num_boxes).items()})
         w = self.weights
         losses["loss"] = sum(w.ce * v for k, v in losses.items() if k.startswith("loss_ce")) \
             + sum(w.l1 * v for k, v in losses.items() if k.startswith("loss_bbox")) \

@@ -1,12 +1,13 @@
 """Training a detector: the `TrainingTask` that `attnkit.training.Trainer` runs (Carion et al. 2020, section 4).
 
 AdamW with the backbone at its own learning rate (1e-5 in the paper, 1e-4 elsewhere), weight decay
-1e-4, the learning rates divided by 10 after `lr_drop_epochs`; the loop clips gradients (0.1).
+1e-4, the learning rates divided by 10 once `lr_drop` of the budget is spent (the paper: after 200
+of 300 epochs, whatever the budget's unit here: steps, epochs or minutes); the loop clips gradients (0.1).
 A batch is a list of dataset indices drawn with a generator seeded by (seed, epoch), loaded with
 augmentation seeded by (seed, epoch, batch) when `train_step` uses it (by DataLoader workers
 reading ahead, if asked): the same epoch always gives the same batches, whatever the number of
 workers, and resuming skips the used ones without loading them. `train.accumulate` batches make one
-optimizer step (the learning-rate drop counts optimizer steps); `train.amp` picks the autocast.
+optimizer step; `train.amp` picks the autocast.
 """
 
 from __future__ import annotations
@@ -125,9 +126,9 @@ class DetectionTask:
         self.optimizer = torch.optim.AdamW([{"params": rest, "lr": train.lr},
                                             {"params": backbone, "lr": train.lr_backbone}],
                                            lr=train.lr, weight_decay=train.weight_decay, **fused_options(self.device))
-        steps_per_epoch = len(self.batches(0)) / train.accumulate  # optimizer steps in this process's share
-        self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer,
-                                                         max(1, round(train.lr_drop_epochs * steps_per_epoch)), 0.1)
+        self.budget_spent = 0.0  # the fraction of the budget spent, which the Trainer sets before every update
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda _: 0.1 if train.lr_drop < 1 and self.budget_spent >= train.lr_drop else 1.0)
 
     def batches(self, epoch: int) -> list[BatchRef]:
         """This process's batches of the epoch, as references: skipping them (on resume) loads nothing."""

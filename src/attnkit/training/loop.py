@@ -124,7 +124,11 @@ class TrainingTask(Protocol):
       lists, dicts);
     - `train_model: nn.Module`: the module `train_step` calls (`model`, or DDP around it); with
       `LoopConfig.compile` the loop replaces it by its `torch.compile`d form, so a task that trains
-      through `model` directly cannot be compiled.
+      through `model` directly cannot be compiled;
+    - `budget_spent: float`: if the task has it, the loop sets it before every update to the
+      fraction of the budget spent once that update is done (0 to 1: steps, epochs or minutes,
+      whichever ends first), for
+      learning-rate schedules that follow the budget rather than a fixed number of steps.
     """
 
     model: nn.Module
@@ -256,6 +260,7 @@ class Trainer:
         if config.amp == "fp16" and self.device.type != "cuda":
             raise ConfigError(f"amp='fp16' needs a CUDA device (the model is on {self.device}); use 'bf16'")
         self.scaler = torch.amp.GradScaler("cuda") if config.amp == "fp16" else None
+        self._epoch_length: int | None = None  # batches in an epoch, once the first epoch is open
         self.best_metric, self.best_mode = getattr(task, "best_metric", ("loss", "min"))
         if self.best_mode not in ("max", "min"):
             raise ConfigError(f"best_metric mode must be 'max' or 'min', got {self.best_mode!r}")
@@ -321,6 +326,7 @@ class Trainer:
             group = stream.take(self.config.accumulate)
             if not group:
                 return "epochs"
+            self._epoch_length = stream.epoch_length
             if progress.total is None and self.budget.epochs is not None and stream.epoch_length:
                 progress.set_total(self._steps_in_budget(stream.epoch_length))
             with self._compile_errors():
@@ -376,6 +382,17 @@ class Trainer:
         if self.budget.minutes is not None and self.elapsed >= 60 * self.budget.minutes:
             return "minutes"
         return None
+
+    def _budget_fraction(self, steps: int) -> float:
+        """How much of the budget STEPS updates spend, 0 to 1: the largest of the steps, epochs and minutes fractions."""
+        fractions = [0.0]
+        if self.budget.steps is not None:
+            fractions.append(steps / self.budget.steps)
+        if self.budget.epochs is not None and self._epoch_length:
+            fractions.append(steps / self._steps_in_budget(self._epoch_length))
+        if self.budget.minutes is not None:
+            fractions.append(self.elapsed / (60 * self.budget.minutes))
+        return min(max(fractions), 1.0)
 
     def _steps_in_budget(self, epoch_length: int) -> int:
         """Optimizer steps the epoch budget allows (the step budget, if smaller)."""
@@ -440,6 +457,8 @@ class Trainer:
                 sums[key] = sums.get(key, 0.0) + (value if key == "loss" else float(item))
         sums = distributed.average(sums, summed=("items",))  # the global batch's means; items of all processes
         lr = float(self.task.optimizer.param_groups[0]["lr"])
+        if hasattr(self.task, "budget_spent"):  # as it will be once this update is done
+            self.task.budget_spent = self._budget_fraction(self.state.step + 1)
         grad_norm = self._update()
         if grad_norm is None:
             return None

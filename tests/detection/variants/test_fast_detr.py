@@ -13,9 +13,10 @@ from attnkit.detection.variants.focal_loss import sigmoid_focal_loss, softmax_fo
 from attnkit.detection.variants.query_groups import group_attention_mask
 from attnkit.errors import ConfigError
 
-ALL_OFF = dict(feature_levels=1, deformable_attention=False, box_refinement=False, focal_loss=False, query_groups=1)
-OPTIONS = [{}, dict(feature_levels=1), dict(deformable_attention=False), dict(box_refinement=False),
-           dict(focal_loss=False), dict(query_groups=1), ALL_OFF]
+ALL_OFF = dict(feature_levels=1, deformable_attention=False, box_refinement=False, focal_loss=False, query_groups=1,
+               two_stage=False)
+OPTIONS = [{}, dict(feature_levels=1), dict(deformable_attention=False), dict(box_refinement=False, two_stage=False),
+           dict(focal_loss=False), dict(query_groups=1), dict(two_stage=False), ALL_OFF]
 
 
 def _tiny(**fields) -> DetrConfig:
@@ -79,7 +80,7 @@ def test_with_every_technique_off_fast_computes_detr():
 
 def test_query_groups_train_apart_and_are_inactive_at_inference():
     torch.manual_seed(0)
-    model = build_model(_tiny(query_groups=3))
+    model = build_model(_tiny(query_groups=3, two_stage=False))
     images, mask, _ = _inputs()
     model.train()
     before = model(images, mask)
@@ -91,7 +92,7 @@ def test_query_groups_train_apart_and_are_inactive_at_inference():
     model.eval()
     evaluated = model(images, mask)
     assert "group_outputs" not in evaluated and evaluated["pred_boxes"].shape == (2, 10, 4)
-    single = build_model(_tiny(query_groups=1)).eval()
+    single = build_model(_tiny(query_groups=1, two_stage=False)).eval()
     state = model.state_dict()
     state["decoder.queries.anchors"] = state["decoder.queries.anchors"][:10]
     single.load_state_dict(state)
@@ -107,7 +108,7 @@ def test_group_attention_mask_is_block_diagonal():
 
 def test_box_refinement_starts_from_the_anchors_and_adds_corrections():
     torch.manual_seed(0)
-    model = build_model(_tiny(query_groups=1)).eval()
+    model = build_model(_tiny(query_groups=1, two_stage=False)).eval()
     images, mask, _ = _inputs()
     anchors = model.decoder.queries.anchors.sigmoid()
     outputs = model(images, mask)  # the correction heads start at zero: every layer returns the anchors
@@ -140,3 +141,32 @@ def test_config_refuses_impossible_technique_settings():
         DetrConfig(feature_levels=4)
     with pytest.raises(ConfigError, match="query_groups"):
         DetrConfig(query_groups=0)
+    with pytest.raises(ConfigError, match="two_stage"):
+        DetrConfig(arch="fast", box_refinement=False)
+
+
+def test_two_stage_starts_every_group_from_the_best_proposals_and_trains_them():
+    torch.manual_seed(0)
+    config = _tiny(query_groups=2)
+    model, criterion = build_model(config), build_criterion(config, MatchCost(), LossWeights())
+    images, mask, targets = _inputs()
+    outputs = model(images, mask)
+    keys = sum(h * w for h, w in ((8, 10), (4, 5), (2, 3)))  # strides 8, 16, 32 of 64 x 80
+    assert outputs["enc_outputs"]["class_logits"].shape == (2, keys, 3)
+    logits, boxes, score = model.proposals(*_memory(model, images, mask))
+    assert (score[1] < 0).sum() > 0  # the padded part of the second image proposes nothing
+    best = boxes.gather(1, score.topk(10, dim=1).indices[..., None].expand(-1, -1, 4))
+    # the correction heads start at zero: the first decoder layer returns its references, the proposals
+    torch.testing.assert_close(outputs["aux_outputs"][0]["pred_boxes"], best)
+    torch.testing.assert_close(outputs["group_outputs"][0]["aux_outputs"][0]["pred_boxes"], best)
+    losses = criterion(outputs, targets)
+    assert {"loss_ce_enc", "loss_bbox_enc", "loss_giou_enc"} <= set(losses)
+    losses["loss"].backward()
+    assert model.proposals.class_embed.weight.grad.abs().sum() > 0
+    model.eval()
+    assert "enc_outputs" not in model(images, mask)  # inference: one set, the decoder's
+
+
+def _memory(model, images, mask):
+    levels = model.input_proj(model.backbone(images, mask))
+    return model.encoder(levels.src, levels.pos, levels.padding, levels.shapes, levels.valid_ratios), levels

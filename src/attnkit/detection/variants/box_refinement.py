@@ -41,11 +41,13 @@ class AnchorBoxQueries(nn.Module):
 
     refines = True
 
-    def __init__(self, num_queries: int, d_model: int, num_layers: int) -> None:
+    def __init__(self, num_queries: int, d_model: int, num_layers: int, learned_anchors: bool = True) -> None:
+        """learned_anchors=False: the first boxes come from elsewhere (two-stage query selection)."""
         super().__init__()
         anchors = torch.rand(num_queries, 4)
         anchors[:, 2:] = 0.1 + 0.2 * anchors[:, 2:]  # start as middle-sized boxes spread over the image
-        self.anchors = nn.Parameter(inverse_sigmoid(anchors))  # (queries, 4) in inverse-sigmoid space
+        # (queries, 4) in inverse-sigmoid space
+        self.anchors = nn.Parameter(inverse_sigmoid(anchors)) if learned_anchors else None
         self.position_head = MLP(2 * d_model, d_model, d_model, 2)
         head = MLP(d_model, d_model, 4, 3)
         nn.init.zeros_(head.layers[-1].weight)

@@ -7,13 +7,15 @@
     boxes_d  = sigmoid(Delta_d(h_d) + sigmoid^-1(boxes_{d-1}))
     classes  = sigmoid(Linear(h_d))                     focal_loss
     training: G query groups, each matched one-to-one  query_groups; inference: the first group
+    boxes_0  = the best encoder proposals, instead      query_selection (two-stage)
 
 Each technique is one module, switched off by one `DetrConfig` field (`feature_levels=1`,
-`deformable_attention`, `box_refinement`, `focal_loss`, `query_groups=1`); with all of them off
+`deformable_attention`, `box_refinement`, `focal_loss`, `query_groups=1`, `two_stage`); with all of them off
 this model computes DETR (`attnkit.detection.detr`) exactly, from the same building blocks. Its
 output is the shared one (`pred_logits` in DETR's classes + 1 form, `pred_boxes`,
-`aux_outputs`), plus `class_logits` (sigmoid form) with the focal loss and `group_outputs` in
-training with several groups, so the matcher, post-processing, evaluation and CLI serve it as is.
+`aux_outputs`), plus `class_logits` (sigmoid form) with the focal loss, and in training
+`group_outputs` with several groups and `enc_outputs` (the proposals) with two-stage, so the
+matcher, post-processing, evaluation and CLI serve it as is.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from attnkit.detection.variants.deformable_transformer import (DeformableDecoder
 from attnkit.detection.variants.focal_loss import PRIOR_BIAS, FocalSetCriterion, softmax_form
 from attnkit.detection.variants.multi_scale_features import FlatLevels, LevelProjection, MultiScaleJoiner
 from attnkit.detection.variants.query_groups import GroupCriterion, group_attention_mask, split_groups
+from attnkit.detection.variants.query_selection import EncoderProposals
 from attnkit.nn import PositionEmbeddingSine2D, TransformerDecoderLayer, TransformerEncoder
 
 
@@ -71,12 +74,14 @@ class QueryDecoder(nn.Module):
         super().__init__()
         self.layers, self.norm, self.queries = nn.ModuleList(layers), norm, queries
 
-    def forward(self, memory: Tensor, levels: FlatLevels, num_queries: int,
-                self_mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    def forward(self, memory: Tensor, levels: FlatLevels, num_queries: int, self_mask: Tensor | None,
+                reference: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """memory: (batch, keys, d_model) -> hidden states (layers, batch, queries, d_model) and boxes
-        (layers, batch, queries, 4), each layer's output through the shared final norm (DETR)."""
+        (layers, batch, queries, 4), each layer's output through the shared final norm (DETR).
+        reference: the first boxes (batch, queries, 4) when chosen per image (two-stage), else the queries' own."""
         batch = len(memory)
-        reference = self.queries.initial(batch, num_queries)  # (batch, queries, 4 or 2) or None
+        if reference is None:
+            reference = self.queries.initial(batch, num_queries)  # (batch, queries, 4 or 2) or None
         x = memory.new_zeros(batch, num_queries, memory.shape[-1])  # DETR's zero content queries
         hidden, boxes = [], []
         for index, layer in enumerate(self.layers):
@@ -104,9 +109,10 @@ class FastDETR(nn.Module):
 
     def __init__(self, backbone: MultiScaleJoiner, input_proj: LevelProjection, encoder: nn.Module,
                  decoder: QueryDecoder, num_classes: int, num_queries: int, groups: int = 1, focal: bool = False,
-                 aux_loss: bool = True) -> None:
+                 aux_loss: bool = True, proposals: EncoderProposals | None = None) -> None:
         super().__init__()
         self.backbone, self.input_proj, self.encoder, self.decoder = backbone, input_proj, encoder, decoder
+        self.proposals = proposals
         self.num_queries, self.groups, self.focal, self.aux_loss = num_queries, groups, focal, aux_loss
         self.class_embed = nn.Linear(decoder.norm.normalized_shape[0], num_classes + (0 if focal else 1))
         if focal:
@@ -118,13 +124,19 @@ class FastDETR(nn.Module):
         memory = self.encoder(levels.src, levels.pos, levels.padding, levels.shapes, levels.valid_ratios)
         groups = self.groups if self.training else 1
         self_mask = group_attention_mask(groups, self.num_queries, memory.device)
-        hidden, boxes = self.decoder(memory, levels, groups * self.num_queries, self_mask)
+        reference = None
+        if self.proposals is not None:  # every group starts from the same proposals
+            enc_logits, enc_boxes, score = self.proposals(memory, levels)
+            reference = self.proposals.select(enc_boxes, score, self.num_queries).repeat(1, groups, 1)
+        hidden, boxes = self.decoder(memory, levels, groups * self.num_queries, self_mask, reference)
         logits = self.class_embed(hidden)  # (layers, batch, groups * queries, classes [+ 1])
         per_layer = [self._layer_output(l, b) for l, b in zip(logits, boxes)]
         first, *others = split_groups(per_layer, groups)
         output = set_output(first, self.aux_loss)
         if others:
             output["group_outputs"] = [set_output(group, self.aux_loss) for group in others]
+        if self.proposals is not None and self.training:
+            output["enc_outputs"] = self._layer_output(enc_logits, enc_boxes)
         return output
 
     def _layer_output(self, logits: Tensor, boxes: Tensor) -> dict[str, Tensor]:
@@ -152,11 +164,12 @@ def build_fast_detr(config: DetrConfig, backbone_weights: Path | None = None) ->
         transformer = detr_transformer(config)
         encoder, layers = DenseEncoder(transformer.encoder), [DenseDecoderLayer(l) for l in transformer.decoder.layers]
     total = config.num_queries * config.query_groups
-    queries = (AnchorBoxQueries(total, d, config.dec_layers) if config.box_refinement
-               else LearnedQueries(total, d, with_reference=config.deformable_attention))
+    queries = (AnchorBoxQueries(total, d, config.dec_layers, learned_anchors=not config.two_stage)
+               if config.box_refinement else LearnedQueries(total, d, with_reference=config.deformable_attention))
+    proposals = EncoderProposals(d, config.num_classes, config.focal_loss) if config.two_stage else None
     return FastDETR(backbone, LevelProjection(backbone.num_channels, d), encoder,
                     QueryDecoder(layers, nn.LayerNorm(d), queries), config.num_classes, config.num_queries,
-                    config.query_groups, config.focal_loss, config.aux_loss)
+                    config.query_groups, config.focal_loss, config.aux_loss, proposals)
 
 
 def build_fast_criterion(config: DetrConfig, cost: MatchCost, weights: LossWeights) -> nn.Module:

@@ -1,0 +1,77 @@
+"""Two-stage query selection (Zhu et al. 2021, Deformable DETR, section 4.2; Zhang et al. 2023, DINO, section 3.4).
+
+Learned anchors start every image from the same boxes. Here every encoder token proposes an
+object first: a box around its own position, an anchor of side 0.05 * 2^level (Deformable DETR's
+proposals), corrected by a small head in inverse-sigmoid space, and class scores:
+
+    proposal_k = sigmoid(MLP(z_k) + sigmoid^-1(anchor_k)),   z_k = LayerNorm(Linear(memory_k))
+
+The proposals are a set prediction of their own, trained with the same matching and losses as
+the decoder's outputs (the "first stage"), so every pixel of the backbone gets a detection signal
+from the first step. The K highest-scoring proposals, detached, become the decoder's initial
+reference boxes ("mixed" query selection, DINO: the content queries stay learned). At inference
+the first stage only ranks boxes; the decoder's outputs are the detections, one set, no NMS.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.detection.detr import MLP
+from attnkit.detection.variants.box_refinement import inverse_sigmoid
+from attnkit.detection.variants.focal_loss import PRIOR_BIAS
+from attnkit.detection.variants.multi_scale_features import FlatLevels
+
+ANCHOR_SIDE = 0.05  # the finest level's anchor side, as a fraction of the image; doubled at each coarser level
+
+
+def token_anchors(levels: FlatLevels) -> tuple[Tensor, Tensor]:
+    """Each key's anchor box (batch, keys, 4) cx, cy, w, h in the unpadded image's [0, 1] coordinates, and
+    (batch, keys) True where it is usable (not padding, centre inside the image)."""
+    anchors = []
+    for index, (height, width) in enumerate(levels.shapes):
+        ys, xs = torch.meshgrid(torch.arange(height, device=levels.src.device) + 0.5,
+                                torch.arange(width, device=levels.src.device) + 0.5, indexing="ij")
+        centres = torch.stack([xs / width, ys / height], -1).flatten(0, 1)  # (h * w, 2) in the padded map
+        centres = centres[None] / levels.valid_ratios[:, None, index]  # (batch, h * w, 2) in the unpadded image
+        sides = torch.full_like(centres, ANCHOR_SIDE * 2 ** index)
+        anchors.append(torch.cat([centres, sides], -1))
+    anchors = torch.cat(anchors, 1)  # (batch, keys, 4)
+    usable = ~levels.padding & (anchors[..., :2] < 0.99).all(-1)
+    return anchors, usable
+
+
+class EncoderProposals(nn.Module):
+    """The first stage: a box and class scores per encoder token; `select` keeps the best K boxes."""
+
+    def __init__(self, d_model: int, num_classes: int, focal: bool) -> None:
+        super().__init__()
+        self.output = nn.Sequential(nn.Linear(d_model, d_model), nn.LayerNorm(d_model))
+        self.class_embed = nn.Linear(d_model, num_classes + (0 if focal else 1))
+        self.bbox_embed = MLP(d_model, d_model, 4, 3)
+        self.focal = focal
+        if focal:
+            nn.init.constant_(self.class_embed.bias, PRIOR_BIAS)
+        nn.init.zeros_(self.bbox_embed.layers[-1].weight)
+        nn.init.zeros_(self.bbox_embed.layers[-1].bias)
+
+    def forward(self, memory: Tensor, levels: FlatLevels) -> tuple[Tensor, Tensor, Tensor]:
+        """memory (batch, keys, d_model) -> class logits (batch, keys, classes [+ 1]), boxes (batch, keys, 4)
+        and the selection score (batch, keys), -1 where a key proposes nothing (padding, outside)."""
+        anchors, usable = token_anchors(levels)
+        z = self.output(memory.masked_fill(~usable[..., None], 0))  # (batch, keys, d_model)
+        logits = self.class_embed(z)
+        boxes = (self.bbox_embed(z) + inverse_sigmoid(anchors)).sigmoid()
+        probabilities = logits.sigmoid() if self.focal else logits.softmax(-1)[..., :-1]
+        score = probabilities.max(-1).values.masked_fill(~usable, -1.0)  # (batch, keys)
+        return logits, boxes, score
+
+    @staticmethod
+    def select(boxes: Tensor, score: Tensor, count: int) -> Tensor:
+        """The COUNT best-scoring proposals' boxes (batch, count, 4), detached: the decoder's first references."""
+        index = score.topk(min(count, score.shape[1]), dim=1).indices  # (batch, count)
+        chosen = boxes.detach().gather(1, index[..., None].expand(-1, -1, 4))
+        if chosen.shape[1] < count:  # fewer keys than queries (a tiny image): repeat the best ones
+            chosen = chosen.repeat(1, -(-count // chosen.shape[1]), 1)[:, :count]
+        return chosen
