@@ -5,7 +5,7 @@
         --train-step-rounds 1                          # a quick check
     python benchmarks/detr.py --skip-training          # the speed comparisons only
 
-1. Training curve: the `small` preset (ResNet-18, hidden 128, 2+2 layers, 15 queries) trained
+1. Training curve: the `small` preset with `--arch detr` (ResNet-18, hidden 128, 2+2 layers, 15 queries) trained
    from scratch on the built-in `shapes` (1000 train images of 128 px) for --minutes of wall
    clock, validated (COCO AP on the 200 shapes val images) every --eval-every minutes. The
    table's training minutes exclude the time spent validating. Writes the run folder, a plot of
@@ -59,8 +59,8 @@ def training_curve(out: Path, minutes: float, eval_every: float, threads: int | 
     from attnkit.training import Budget
 
     run = out / "small-shapes"
-    train(run, "shapes", Budget(minutes=minutes), "small", shapes=ShapesConfig(), eval_every_minutes=eval_every,
-          resume=(run / "config.json").is_file())
+    train(run, "shapes", Budget(minutes=minutes), "small", ["model.arch=detr"], shapes=ShapesConfig(),
+          eval_every_minutes=eval_every, resume=(run / "config.json").is_file())
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     return curve_points(records)
 

@@ -13,7 +13,8 @@
     downloaded; ReLU, sinusoidal positions, scaled and tied embeddings, dropout everywhere as ours).
     Both are trained by the same plain PyTorch loop (Adam, label-smoothed cross-entropy on the
     logits) over the same length-grouped batches of --max-tokens tokens:
-      * one epoch of numbers:de, wall time (--skip-epoch to leave out): both fp32 with plain Adam, and
+      * one epoch of numbers:de, wall time (--skip-epoch to leave out; after one warm-up epoch each,
+        the median of 3 alternating rounds): both fp32 with plain Adam, and
         attnkit's recipe (bf16 autocast where the CPU has it, Adam's fused kernel) against Marian's plain loop;
       * tokens/s over --speed-batches identical batches, alternating the two models per round;
       * greedy decoding of 100 output tokens (end of sentence suppressed) for a batch of source
@@ -197,15 +198,22 @@ def speed(config: TranslationConfig, device: torch.device, batches_count: int, d
     train_batches(ours, epoch[:2], config.label_smoothing), train_batches(marian, epoch[:2], config.label_smoothing)
     recipe_bf16 = resolve_amp(config.amp, device) == "bf16"  # what `attnkit train translation` uses here
     rows = []
-    if not skip_epoch:
-        fp32_s, _ = train_batches(ours, epoch, config.label_smoothing)
-        marian_s, _ = train_batches(marian, epoch, config.label_smoothing)
-        rows.append(("one epoch of numbers:de, wall time (s), both fp32", f"{fp32_s:.1f}", f"{marian_s:.1f}",
-                     marian_s / fp32_s))
-        recipe_s, _ = train_batches(ours, epoch, config.label_smoothing, bf16=recipe_bf16, recipe=True)
-        rows.append((f"one epoch, wall time (s): attnkit's recipe ({'bf16 autocast, native here, ' if recipe_bf16 else ''}"
-                     "fused Adam) vs Marian's plain loop (fp32, Adam)", f"{recipe_s:.1f}", f"{marian_s:.1f}",
-                     marian_s / recipe_s))
+    if not skip_epoch:  # a first epoch of each warms every batch shape up; then 3 alternating rounds, medians
+        runs = {"fp32": lambda: train_batches(ours, epoch, config.label_smoothing)[0],
+                "marian": lambda: train_batches(marian, epoch, config.label_smoothing)[0],
+                "recipe": lambda: train_batches(ours, epoch, config.label_smoothing, bf16=recipe_bf16, recipe=True)[0]}
+        for run in runs.values():
+            run()
+        times = {name: [] for name in runs}
+        for _ in range(3):
+            for name, run in runs.items():
+                times[name].append(run())
+        fp32_s, marian_s, recipe_s = (statistics.median(times[name]) for name in runs)
+        rows.append(("one epoch of numbers:de, wall time (s, median of 3), both fp32", f"{fp32_s:.2f}",
+                     f"{marian_s:.2f}", marian_s / fp32_s))
+        rows.append((f"one epoch, wall time (s, median of 3): attnkit's recipe ("
+                     f"{'bf16 autocast, native here, ' if recipe_bf16 else ''}fused Adam) vs Marian's plain loop "
+                     "(fp32, Adam)", f"{recipe_s:.2f}", f"{marian_s:.2f}", marian_s / recipe_s))
     same = epoch[:batches_count]
     for bf16 in ((False, True) if recipe_bf16 else (False,)):
         ours_t, marian_t = [], []

@@ -35,7 +35,7 @@ def train_detection(
     val_images: Path = typer.Option(None, "--val-images", help="Validation image folder."),
     val_annotations: Path = typer.Option(None, "--val-annotations", help="Validation instances_*.json."),
     preset: str = typer.Option("small", "--preset", help="small (2 CPU cores), detr-r50 (the paper) or tiny."),
-    arch: str = typer.Option(None, "--arch", help="Detector architecture (default: the preset's, detr)."),
+    arch: str = typer.Option(None, "--arch", help="Detector architecture: fast (the small preset's) or detr (the paper's; the other presets')."),
     backbone_weights: Path = typer.Option(None, "--backbone-weights",
                                           help="Local pretrained torchvision ResNet weights (.pth or .safetensors)."),
     init: Path = typer.Option(None, "--init", help="Start from the weights of this detection run (e.g. one written "

@@ -147,7 +147,7 @@ def _tuple(value: Any) -> Any:
     return tuple(value) if isinstance(value, list) else value
 
 
-_SMALL_MODEL = DetrConfig(backbone="resnet18", hidden_dim=128, num_heads=8, enc_layers=2, dec_layers=2,
+_SMALL_MODEL = DetrConfig(arch="fast", backbone="resnet18", hidden_dim=128, num_heads=8, enc_layers=2, dec_layers=2,
                           dim_feedforward=512, dropout=0.0, num_queries=15)
 _SMALL_TRAIN = DetectionTrainConfig(lr=3e-4, lr_backbone=3e-4, clip_max_norm=0.1, batch_size=4,
                                     train_scales=(80, 88, 96, 104, 112), max_size=160,
@@ -155,7 +155,7 @@ _SMALL_TRAIN = DetectionTrainConfig(lr=3e-4, lr_backbone=3e-4, clip_max_norm=0.1
 PRESETS: dict[str, tuple[DetrConfig, DetectionTrainConfig]] = {
     "detr-r50": (DetrConfig(), DetectionTrainConfig()),
     "small": (_SMALL_MODEL, _SMALL_TRAIN),
-    "tiny": (replace(_SMALL_MODEL, hidden_dim=32, num_heads=2, enc_layers=1, dec_layers=1, dim_feedforward=64,
+    "tiny": (replace(_SMALL_MODEL, arch="detr", hidden_dim=32, num_heads=2, enc_layers=1, dec_layers=1, dim_feedforward=64,
                      num_queries=10),
              replace(_SMALL_TRAIN, lr=5e-4, lr_backbone=5e-4, batch_size=4, train_scales=(64,), max_size=96,
                      val_size=64, crop_min_fraction=1.0)),
