@@ -35,6 +35,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from attnkit.errors import CheckpointError, ConfigError
 from attnkit.nn.additive_attention import AdditiveAttention
+from attnkit.nn.dropout import Dropout
 from attnkit.translation.tokenizer import PAD_ID
 
 ARCH = "rnn"
@@ -138,7 +139,7 @@ class BahdanauRNN(nn.Module):
         self.init_state = nn.Linear(n, n)  # W_s
         self.decoder = AttentionDecoder(m, n, config.attention_dim)
         self.readout = nn.Linear(n + m + 2 * n, 2 * m)  # [U_o V_o C_o] on [s_{i-1}; E y_{i-1}; c_i]
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
 
     def forward(self, source: Tensor, target_input: Tensor) -> Tensor:
         """source: (batch, source_length), target_input: (batch, target_length) ids -> logits (batch, target_length, vocab)."""

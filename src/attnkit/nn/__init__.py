@@ -3,6 +3,7 @@
 from attnkit.nn.attention import causal_mask, reference_attention, scaled_dot_product_attention
 from attnkit.nn.decoder import (DecoderCache, DecoderLayerCache, DecoderMasks, TransformerDecoder,
                                 TransformerDecoderLayer)
+from attnkit.nn.dropout import Dropout
 from attnkit.nn.encoder import TransformerEncoder, TransformerEncoderLayer
 from attnkit.nn.feed_forward import FeedForwardMixin, get_activation
 from attnkit.nn.kv_cache import KVCache
@@ -13,7 +14,7 @@ from attnkit.nn.positional_encoding.sinusoidal import SinusoidalPositionalEncodi
 from attnkit.nn.positional_encoding.sine_2d import PositionEmbeddingSine2D
 from attnkit.nn.transformer import Transformer, capture_attention
 
-__all__ = ["DecoderCache", "DecoderLayerCache", "DecoderMasks", "FeedForwardMixin", "KVCache",
+__all__ = ["DecoderCache", "DecoderLayerCache", "DecoderMasks", "Dropout", "FeedForwardMixin", "KVCache",
            "LearnedPositionalEmbedding", "MultiHeadAttention", "PositionEmbeddingSine2D", "RotaryEmbedding", "SinusoidalPositionalEncoding",
            "Transformer", "TransformerDecoder", "TransformerDecoderLayer", "TransformerEncoder",
            "TransformerEncoderLayer", "capture_attention", "causal_mask", "get_activation", "reference_attention",

@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attnkit.nn.dropout import dropout as attention_dropout
+
 
 def reference_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None,
                         is_causal: bool = False, scale: float | None = None) -> tuple[Tensor, Tensor]:
@@ -41,8 +43,15 @@ def reference_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor 
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None,
                                  dropout: float = 0.0, is_causal: bool = False,
                                  scale: float | None = None) -> Tensor:
-    """The fast path: same semantics as `reference_attention`, outputs only (..., queries, d_v)."""
+    """The fast path: same semantics as `reference_attention`, outputs only (..., queries, d_v).
+
+    With dropout on a CPU, torch's kernel falls back to the formula and draws its mask one weight at a
+    time; the formula is then written out here, with `attnkit.nn.dropout`'s faster mask.
+    """
     check_attention_inputs(query, key, value, mask)
+    if dropout > 0 and query.device.type == "cpu":
+        _, weights = reference_attention(query, key, value, mask, is_causal, scale)
+        return attention_dropout(weights, dropout) @ value
     if is_causal and mask is not None:  # torch's kernel takes one or the other: fold causality into the mask
         mask = _merge_masks(mask, causal_mask(query.size(-2), key.size(-2), device=query.device))
         is_causal = False

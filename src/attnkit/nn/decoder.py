@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from attnkit.nn.dropout import Dropout
 from attnkit.nn.encoder import (SequenceLayout, check_attn_mask, check_heads, check_padding_mask, check_same_shape,
                                 clones)
 from attnkit.nn.feed_forward import Activation, FeedForwardMixin
@@ -100,7 +101,7 @@ class TransformerDecoderLayer(FeedForwardMixin, nn.Module):
         self.norm_first, self.batch_first = norm_first, batch_first
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
                                               for _ in range(3))
-        self.dropout1, self.dropout2, self.dropout3 = nn.Dropout(dropout), nn.Dropout(dropout), nn.Dropout(dropout)
+        self.dropout1, self.dropout2, self.dropout3 = Dropout(dropout), Dropout(dropout), Dropout(dropout)
 
     def forward(self, tgt: Tensor, memory: Tensor, tgt_mask: Tensor | None = None, memory_mask: Tensor | None = None,
                 tgt_key_padding_mask: Tensor | None = None, memory_key_padding_mask: Tensor | None = None,

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from attnkit.nn.dropout import Dropout
 from attnkit.nn.feed_forward import Activation, FeedForwardMixin
 from attnkit.nn.multi_head_attention import MultiHeadAttention
 from attnkit.nn.positional_encoding.rotary import RotaryEmbedding
@@ -109,7 +110,7 @@ class TransformerEncoderLayer(FeedForwardMixin, nn.Module):
         self.norm_first, self.batch_first = norm_first, batch_first
         self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
         self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
-        self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
+        self.dropout1, self.dropout2 = Dropout(dropout), Dropout(dropout)
 
     def forward(self, src: Tensor, src_mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
                 is_causal: bool = False, pos: Tensor | None = None) -> Tensor:

@@ -15,6 +15,8 @@ from collections.abc import Callable
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnkit.nn.dropout import Dropout
+
 Activation = str | Callable[[Tensor], Tensor]
 
 
@@ -34,12 +36,12 @@ class FeedForwardMixin:
 
     linear1: nn.Linear
     linear2: nn.Linear
-    dropout: nn.Dropout
+    dropout: Dropout
 
     def _init_feed_forward(self, d_model: int, dim_feedforward: int, dropout: float, activation: Activation,
                            bias: bool = True, device=None, dtype=None) -> None:
         self.linear1 = nn.Linear(d_model, dim_feedforward, bias=bias, device=device, dtype=dtype)  # W1, b1
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.linear2 = nn.Linear(dim_feedforward, d_model, bias=bias, device=device, dtype=dtype)  # W2, b2
         self.activation = get_activation(activation)
 

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit.nn.attention import causal_mask, reference_attention, scaled_dot_product_attention
+from attnkit.nn.dropout import dropout as attention_dropout
 from attnkit.nn.kv_cache import KVCache
 from attnkit.nn.positional_encoding.rotary import RotaryEmbedding
 
@@ -179,7 +180,7 @@ class MultiHeadAttention(nn.Module):
                              dropout: float) -> tuple[Tensor, Tensor]:
         """The explicit path, when the caller wants the attention weights: (batch, heads, queries, keys)."""
         _, weights = reference_attention(q, k, v, mask=allowed)
-        kept = F.dropout(weights, p=dropout) if dropout > 0 else weights
+        kept = attention_dropout(weights, dropout)
         return kept @ v, kept
 
 

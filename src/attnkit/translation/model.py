@@ -32,6 +32,7 @@ from torch import Tensor, nn
 from attnkit.errors import ConfigError
 from attnkit.nn import (DecoderCache, LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding,
                         Transformer)
+from attnkit.nn.dropout import Dropout
 from attnkit.translation.tokenizer import PAD_ID
 
 PositionalEncoding = Literal["sinusoidal", "learned", "rotary"]
@@ -112,7 +113,7 @@ class Seq2SeqTransformer(nn.Module):
             self.transformer.encoder.norm = self.transformer.decoder.norm = None
         if config.output_bias:
             self.output_bias = nn.Parameter(torch.zeros(config.target_vocab_size))  # (vocab,)
-        self.embedding_dropout = nn.Dropout(config.dropout)  # "dropout to the sums of the embeddings and the PE"
+        self.embedding_dropout = Dropout(config.dropout)  # "dropout to the sums of the embeddings and the PE"
 
     def forward(self, source: Tensor, target_input: Tensor) -> Tensor:
         """source: (batch, source_length), target_input: (batch, target_length) ids -> logits (batch, target_length, vocab)."""

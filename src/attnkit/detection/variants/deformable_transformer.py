@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from attnkit.detection.variants.multi_scale_deformable_attention import MultiScaleDeformableAttention
 from attnkit.nn import MultiHeadAttention
+from attnkit.nn.dropout import Dropout
 
 
 class FeedForward(nn.Module):
@@ -25,7 +26,7 @@ class FeedForward(nn.Module):
     def __init__(self, d_model: int, dim_feedforward: int, dropout: float) -> None:
         super().__init__()
         self.linear1, self.linear2 = nn.Linear(d_model, dim_feedforward), nn.Linear(dim_feedforward, d_model)
-        self.dropout, self.norm = nn.Dropout(dropout), nn.LayerNorm(d_model)
+        self.dropout, self.norm = Dropout(dropout), nn.LayerNorm(d_model)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.norm(x + self.dropout(self.linear2(self.dropout(F.relu(self.linear1(x))))))
@@ -38,7 +39,7 @@ class DeformableEncoderLayer(nn.Module):
                  num_points: int) -> None:
         super().__init__()
         self.self_attn = MultiScaleDeformableAttention(d_model, num_heads, num_levels, num_points)
-        self.dropout, self.norm = nn.Dropout(dropout), nn.LayerNorm(d_model)
+        self.dropout, self.norm = Dropout(dropout), nn.LayerNorm(d_model)
         self.ffn = FeedForward(d_model, dim_feedforward, dropout)
 
     def forward(self, x: Tensor, pos: Tensor, reference: Tensor, shapes: Sequence[tuple[int, int]],
@@ -88,7 +89,7 @@ class DeformableDecoderLayer(nn.Module):
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, batch_first=True)
         self.cross_attn = MultiScaleDeformableAttention(d_model, num_heads, num_levels, num_points)
         self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
-        self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
+        self.dropout1, self.dropout2 = Dropout(dropout), Dropout(dropout)
         self.ffn = FeedForward(d_model, dim_feedforward, dropout)
 
     def forward(self, x: Tensor, query_pos: Tensor, reference: Tensor, memory: Tensor, pos: Tensor,
