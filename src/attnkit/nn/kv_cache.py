@@ -5,11 +5,16 @@ At inference the decoder produces one position at a time (Vaswani et al. 2017, s
 self-attention keys and values for the positions already produced do not change, so they are
 kept here and each step projects only the new position. Cross-attention keys and values come from
 the encoder's output, so they are computed once (`static=True`) and reused at every step.
+
+A cache that starts empty keeps its positions in a buffer with room to spare, doubled when full,
+and writes each step's in place: appending by concatenation would copy the whole cache at every
+step (quadratic in the output length). With gradients on it concatenates, so autograd sees no
+in-place writes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -22,6 +27,7 @@ class KVCache:
     key: Tensor | None = None
     value: Tensor | None = None
     static: bool = False  # True: computed once from a fixed memory (cross-attention), never appended
+    _buffers: tuple[Tensor, Tensor] | None = field(default=None, repr=False)  # key and value with room to spare
 
     @property
     def length(self) -> int:
@@ -33,15 +39,34 @@ class KVCache:
 
     def extend(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
         """Append the new positions' keys and values; return the whole sequence's."""
-        if self.key is None or self.static:
+        if self.static or (self.key is None and torch.is_grad_enabled()):
             self.key, self.value = key, value
+        elif self.key is None or self._buffers is not None and not torch.is_grad_enabled():
+            self._write(key, value)
         else:
             self.key = torch.cat([self.key, key], dim=-2)
             self.value = torch.cat([self.value, value], dim=-2)
+            self._buffers = None
         return self.key, self.value
+
+    def _write(self, key: Tensor, value: Tensor) -> None:
+        """Write the new positions into the buffers (doubled if full); key and value become views of the filled part."""
+        start, end = self.length, self.length + key.size(-2)
+        if self._buffers is None or end > self._buffers[0].size(-2):
+            room = max(2 * end, 16)
+            grown = tuple(x.new_empty(*x.shape[:-2], room, x.size(-1)) for x in (key, value))
+            if start:
+                grown[0][..., :start, :], grown[1][..., :start, :] = self.key, self.value
+            self._buffers = grown
+        buffer_key, buffer_value = self._buffers
+        buffer_key[..., start:end, :], buffer_value[..., start:end, :] = key, value
+        self.key, self.value = buffer_key[..., :end, :], buffer_value[..., :end, :]
 
     def reorder(self, batch_indices: Tensor) -> None:
         """Select batch rows (beam search keeps the surviving hypotheses' caches)."""
-        if self.key is not None:
+        if self._buffers is not None:
+            self._buffers = tuple(x.index_select(0, batch_indices) for x in self._buffers)
+            self.key, self.value = (x[..., :self.length, :] for x in self._buffers)
+        elif self.key is not None:
             self.key = self.key.index_select(0, batch_indices)
             self.value = self.value.index_select(0, batch_indices)
