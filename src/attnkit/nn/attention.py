@@ -48,10 +48,10 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, mask
     With dropout on a CPU, torch's kernel falls back to the formula and draws its mask one weight at a
     time; the formula is then written out here, with `attnkit.nn.dropout`'s faster mask.
     """
-    check_attention_inputs(query, key, value, mask)
-    if dropout > 0 and query.device.type == "cpu":
+    if dropout > 0 and query.device.type == "cpu":  # reference_attention checks the inputs
         _, weights = reference_attention(query, key, value, mask, is_causal, scale)
         return attention_dropout(weights, dropout) @ value
+    check_attention_inputs(query, key, value, mask)
     if is_causal and mask is not None:  # torch's kernel takes one or the other: fold causality into the mask
         mask = _merge_masks(mask, causal_mask(query.size(-2), key.size(-2), device=query.device))
         is_causal = False
