@@ -1,8 +1,9 @@
 """The detectors `--arch` can name: one builder each, `(DetrConfig, backbone weights file | None) -> model`.
 
-Every model takes (images, mask) and returns {"pred_logits", "pred_boxes", "aux_outputs"}, so the
-data, matcher, loss, post-processing, evaluation, training task and CLI serve them all; a variant
-is one module under `variants/` and one line here.
+Every model takes (images, mask, targets=None) and returns {"pred_logits", "pred_boxes",
+"aux_outputs"} (targets are read in training by variants that need them, e.g. denoising queries),
+so the data, matcher, loss, post-processing, evaluation, training task and CLI serve them all; a
+variant is one module under `variants/` and one line here.
 """
 
 from __future__ import annotations

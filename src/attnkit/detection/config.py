@@ -41,6 +41,7 @@ class DetrConfig:
     focal_loss: bool = True  # sigmoid focal classification loss and matching cost
     query_groups: int = 3  # query groups trained one-to-one each (Group DETR); 1 = off
     two_stage: bool = True  # the decoder starts from the best encoder proposals (needs box_refinement)
+    denoising_groups: int = 3  # groups of noised ground-truth queries to reconstruct in training; 0 = off
 
     def __post_init__(self) -> None:
         if self.backbone not in BACKBONES:
@@ -57,11 +58,16 @@ class DetrConfig:
         if self.two_stage and not self.box_refinement and self.arch != "detr":
             raise ConfigError("two_stage starts the decoder from proposed boxes and needs box_refinement; "
                               "set both to false to ablate refinement")
+        if self.denoising_groups and not self.box_refinement and self.arch != "detr":
+            raise ConfigError("denoising queries start from noised boxes and need box_refinement; "
+                              "set model.denoising_groups=0 to ablate refinement")
         if not 0 <= self.dropout < 1:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
         if not 1 <= self.feature_levels <= 3 or self.deformable_points < 1 or self.query_groups < 1:
             raise ConfigError(f"feature_levels must be in 1..3, deformable_points and query_groups at least 1, got "
                               f"{self.feature_levels}, {self.deformable_points}, {self.query_groups}")
+        if self.denoising_groups < 0:
+            raise ConfigError(f"denoising_groups must be 0 (off) or more, got {self.denoising_groups}")
 
 
 @dataclass(frozen=True)
@@ -132,7 +138,8 @@ class DetectionConfig:
         so older run folders still resume, evaluate and detect.
         """
         try:
-            model = {"two_stage": False, **document["model"]}  # runs written before two-stage existed
+            # runs written before two-stage and denoising existed load without them
+            model = {"two_stage": False, "denoising_groups": 0, **document["model"]}
             train = dict(document["train"])
             if "lr_drop_epochs" in train:  # older runs (a drop after N epochs): resume without one
                 train = {"lr_drop": 1.0, **train}

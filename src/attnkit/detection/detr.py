@@ -71,7 +71,9 @@ class DETR(nn.Module):
         self.class_embed = nn.Linear(hidden_dim, num_classes + 1)
         self.bbox_embed = MLP(hidden_dim, hidden_dim, 4, 3)
 
-    def forward(self, images: Tensor, mask: Tensor) -> dict:
+    def forward(self, images: Tensor, mask: Tensor, targets: object = None) -> dict:
+        """images (batch, 3, H, W), mask (batch, H, W) True on padding; targets: unread (the paper's
+        model learns from the loss alone; variants with denoising queries read them)."""
         features, mask, pos = self.backbone(images, mask)  # (batch, C, h, w), (batch, h, w), (batch, d, h, w)
         src = self.input_proj(features).flatten(2).transpose(1, 2)  # (batch, h*w, d_model)
         pos = pos.flatten(2).transpose(1, 2)  # (batch, h*w, d_model)

@@ -52,21 +52,27 @@ class SetCriterion(nn.Module):
         "aux_outputs": [{...}, ...]}. Returns the weighted total "loss" and each term (final layer
         unsuffixed, auxiliary layer i suffixed `_i`)."""
         num_boxes = distributed.global_count(sum(len(t["labels"]) for t in targets), outputs["pred_boxes"].device)
-        losses = self._layer_losses(outputs, targets, num_boxes)
+        losses = self.layer_losses(outputs, targets, num_boxes)
         losses["cardinality_error"] = cardinality_error(outputs["pred_logits"], targets)
         for i, aux in enumerate(outputs.get("aux_outputs", [])):
-            losses.update({f"{k}_{i}": v for k, v in self._layer_losses(aux, targets, num_boxes).items()})
+            losses.update({f"{k}_{i}": v for k, v in self.layer_losses(aux, targets, num_boxes).items()})
         if "enc_outputs" in outputs:  # two-stage detectors' first-stage proposals (variants/query_selection)
-            losses.update({f"{k}_enc": v for k, v in self._layer_losses(outputs["enc_outputs"], targets,
-                                                                          num_boxes).items()})
-        w = self.weights
-        losses["loss"] = sum(w.ce * v for k, v in losses.items() if k.startswith("loss_ce")) \
-            + sum(w.l1 * v for k, v in losses.items() if k.startswith("loss_bbox")) \
-            + sum(w.giou * v for k, v in losses.items() if k.startswith("loss_giou"))
+            losses.update({f"{k}_enc": v for k, v in self.layer_losses(outputs["enc_outputs"], targets,
+                                                                         num_boxes).items()})
+        losses["loss"] = self.weighted(losses)
         return losses
 
-    def _layer_losses(self, outputs: dict, targets: Sequence[dict[str, Tensor]], num_boxes: int) -> dict[str, Tensor]:
-        matches = self.match(outputs, targets)
+    def weighted(self, losses: dict[str, Tensor]) -> Tensor:
+        """The weighted sum of every `loss_ce*`, `loss_bbox*` and `loss_giou*` term in LOSSES."""
+        w = self.weights
+        return sum(w.ce * v for k, v in losses.items() if k.startswith("loss_ce")) \
+            + sum(w.l1 * v for k, v in losses.items() if k.startswith("loss_bbox")) \
+            + sum(w.giou * v for k, v in losses.items() if k.startswith("loss_giou"))
+
+    def layer_losses(self, outputs: dict, targets: Sequence[dict[str, Tensor]], num_boxes: float,
+                     matches: Sequence[Match] | None = None) -> dict[str, Tensor]:
+        """One layer's classification and box terms, after the optimal matching (or the given MATCHES)."""
+        matches = self.match(outputs, targets) if matches is None else matches
         return {**self.classification_losses(outputs, targets, matches, num_boxes),
                 **box_losses(outputs["pred_boxes"], targets, matches, num_boxes)}
 

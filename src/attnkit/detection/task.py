@@ -155,7 +155,7 @@ class DetectionTask:
         images = images.to(self.device, non_blocking=True, memory_format=self.memory_format)
         mask = mask.to(self.device, non_blocking=True)
         targets = [{"labels": t["labels"].to(self.device), "boxes": t["boxes"].to(self.device)} for t in targets]
-        losses = self.criterion(self.train_model(images, mask), targets)
+        losses = self.criterion(self.train_model(images, mask, targets), targets)
         return {"loss": losses["loss"], "items": len(images), **{k: losses[k].detach() for k in LOGGED}}
 
     def evaluate(self) -> dict[str, float]:

@@ -14,9 +14,10 @@ from attnkit.detection.variants.query_groups import group_attention_mask
 from attnkit.errors import ConfigError
 
 ALL_OFF = dict(feature_levels=1, deformable_attention=False, box_refinement=False, focal_loss=False, query_groups=1,
-               two_stage=False)
-OPTIONS = [{}, dict(feature_levels=1), dict(deformable_attention=False), dict(box_refinement=False, two_stage=False),
-           dict(focal_loss=False), dict(query_groups=1), dict(two_stage=False), ALL_OFF]
+               two_stage=False, denoising_groups=0)
+OPTIONS = [{}, dict(feature_levels=1), dict(deformable_attention=False),
+           dict(box_refinement=False, two_stage=False, denoising_groups=0), dict(focal_loss=False),
+           dict(query_groups=1), dict(two_stage=False), dict(denoising_groups=0), ALL_OFF]
 
 
 def _tiny(**fields) -> DetrConfig:
@@ -52,7 +53,7 @@ def test_every_option_gives_the_shared_output_and_gradients(options):
     config = _tiny(**options)
     model, criterion = build_model(config), build_criterion(config, MatchCost(), LossWeights())
     images, mask, targets = _inputs()
-    outputs = model(images, mask)
+    outputs = model(images, mask, targets)
     assert outputs["pred_logits"].shape == (2, 10, 4) and outputs["pred_boxes"].shape == (2, 10, 4)
     assert len(outputs["aux_outputs"]) == 1
     assert len(outputs.get("group_outputs", [])) == config.query_groups - 1
@@ -143,6 +144,10 @@ def test_config_refuses_impossible_technique_settings():
         DetrConfig(query_groups=0)
     with pytest.raises(ConfigError, match="two_stage"):
         DetrConfig(arch="fast", box_refinement=False)
+    with pytest.raises(ConfigError, match="denoising"):
+        DetrConfig(arch="fast", box_refinement=False, two_stage=False)
+    with pytest.raises(ConfigError, match="denoising_groups"):
+        DetrConfig(denoising_groups=-1)
 
 
 def test_two_stage_starts_every_group_from_the_best_proposals_and_trains_them():

@@ -8,13 +8,16 @@
     classes  = sigmoid(Linear(h_d))                     focal_loss
     training: G query groups, each matched one-to-one  query_groups; inference: the first group
     boxes_0  = the best encoder proposals, instead      query_selection (two-stage)
+    training: + noised copies of the targets to rebuild  denoising_queries (DN-DETR / DINO)
 
 Each technique is one module, switched off by one `DetrConfig` field (`feature_levels=1`,
-`deformable_attention`, `box_refinement`, `focal_loss`, `query_groups=1`, `two_stage`); with all of them off
+`deformable_attention`, `box_refinement`, `focal_loss`, `query_groups=1`, `two_stage`,
+`denoising_groups=0`); with all of them off
 this model computes DETR (`attnkit.detection.detr`) exactly, from the same building blocks. Its
 output is the shared one (`pred_logits` in DETR's classes + 1 form, `pred_boxes`,
 `aux_outputs`), plus `class_logits` (sigmoid form) with the focal loss, and in training
-`group_outputs` with several groups and `enc_outputs` (the proposals) with two-stage, so the
+`group_outputs` with several groups, `enc_outputs` (the proposals) with two-stage and
+`dn_outputs` (with their fixed `matches`) with denoising, so the
 matcher, post-processing, evaluation and CLI serve it as is.
 """
 
@@ -32,6 +35,8 @@ from attnkit.detection.detr import detr_transformer
 from attnkit.detection.hungarian_matcher import MatchCost
 from attnkit.detection.set_criterion import LossWeights, SetCriterion
 from attnkit.detection.variants.box_refinement import AnchorBoxQueries, LearnedQueries
+from attnkit.detection.variants.denoising_queries import (DenoisingCriterion, DenoisingGenerator, DenoisingQueries,
+                                                           denoising_attention_mask)
 from attnkit.detection.variants.deformable_transformer import (DeformableDecoderLayer, DeformableEncoder,
                                                                DeformableEncoderLayer)
 from attnkit.detection.variants.focal_loss import PRIOR_BIAS, FocalSetCriterion, softmax_form
@@ -75,14 +80,18 @@ class QueryDecoder(nn.Module):
         self.layers, self.norm, self.queries = nn.ModuleList(layers), norm, queries
 
     def forward(self, memory: Tensor, levels: FlatLevels, num_queries: int, self_mask: Tensor | None,
-                reference: Tensor | None = None) -> tuple[Tensor, Tensor]:
+                reference: Tensor | None = None, denoising: DenoisingQueries | None = None) -> tuple[Tensor, Tensor]:
         """memory: (batch, keys, d_model) -> hidden states (layers, batch, queries, d_model) and boxes
         (layers, batch, queries, 4), each layer's output through the shared final norm (DETR).
-        reference: the first boxes (batch, queries, 4) when chosen per image (two-stage), else the queries' own."""
+        reference: the first boxes (batch, queries, 4) when chosen per image (two-stage), else the queries' own.
+        denoising: training queries placed before the NUM_QUERIES others (their content and boxes are given)."""
         batch = len(memory)
         if reference is None:
             reference = self.queries.initial(batch, num_queries)  # (batch, queries, 4 or 2) or None
         x = memory.new_zeros(batch, num_queries, memory.shape[-1])  # DETR's zero content queries
+        if denoising is not None:
+            x = torch.cat([denoising.content.to(x.dtype), x], 1)
+            reference = torch.cat([denoising.boxes, reference], 1)
         hidden, boxes = [], []
         for index, layer in enumerate(self.layers):
             query_pos = self.queries.query_pos(reference, batch, num_queries)  # (batch, queries, d_model)
@@ -109,34 +118,46 @@ class FastDETR(nn.Module):
 
     def __init__(self, backbone: MultiScaleJoiner, input_proj: LevelProjection, encoder: nn.Module,
                  decoder: QueryDecoder, num_classes: int, num_queries: int, groups: int = 1, focal: bool = False,
-                 aux_loss: bool = True, proposals: EncoderProposals | None = None) -> None:
+                 aux_loss: bool = True, proposals: EncoderProposals | None = None,
+                 denoising: DenoisingGenerator | None = None) -> None:
         super().__init__()
         self.backbone, self.input_proj, self.encoder, self.decoder = backbone, input_proj, encoder, decoder
-        self.proposals = proposals
+        self.proposals, self.denoising = proposals, denoising
         self.num_queries, self.groups, self.focal, self.aux_loss = num_queries, groups, focal, aux_loss
         self.class_embed = nn.Linear(decoder.norm.normalized_shape[0], num_classes + (0 if focal else 1))
         if focal:
             nn.init.constant_(self.class_embed.bias, PRIOR_BIAS)
 
-    def forward(self, images: Tensor, mask: Tensor) -> dict:
-        """images (batch, 3, H, W), mask (batch, H, W) True on padding -> the shared detector output."""
+    def forward(self, images: Tensor, mask: Tensor, targets: Sequence[dict[str, Tensor]] | None = None) -> dict:
+        """images (batch, 3, H, W), mask (batch, H, W) True on padding -> the shared detector output.
+        targets (per image "labels", "boxes"): read in training by the denoising queries only."""
         levels = self.input_proj(self.backbone(images, mask))
         memory = self.encoder(levels.src, levels.pos, levels.padding, levels.shapes, levels.valid_ratios)
         groups = self.groups if self.training else 1
         self_mask = group_attention_mask(groups, self.num_queries, memory.device)
+        denoising = None
+        if self.denoising is not None and self.training and targets is not None:
+            denoising = self.denoising(targets)
+        if denoising is not None:
+            self_mask = denoising_attention_mask(denoising, self_mask, groups * self.num_queries, memory.device)
         reference = None
         if self.proposals is not None:  # every group starts from the same proposals
             enc_logits, enc_boxes, score = self.proposals(memory, levels)
             reference = self.proposals.select(enc_boxes, score, self.num_queries).repeat(1, groups, 1)
-        hidden, boxes = self.decoder(memory, levels, groups * self.num_queries, self_mask, reference)
-        logits = self.class_embed(hidden)  # (layers, batch, groups * queries, classes [+ 1])
+        hidden, boxes = self.decoder(memory, levels, groups * self.num_queries, self_mask, reference, denoising)
+        logits = self.class_embed(hidden)  # (layers, batch, [denoising +] groups * queries, classes [+ 1])
         per_layer = [self._layer_output(l, b) for l, b in zip(logits, boxes)]
+        if denoising is not None:
+            dn_layers = [{k: v[:, :denoising.count] for k, v in layer.items()} for layer in per_layer]
+            per_layer = [{k: v[:, denoising.count:] for k, v in layer.items()} for layer in per_layer]
         first, *others = split_groups(per_layer, groups)
         output = set_output(first, self.aux_loss)
         if others:
             output["group_outputs"] = [set_output(group, self.aux_loss) for group in others]
         if self.proposals is not None and self.training:
             output["enc_outputs"] = self._layer_output(enc_logits, enc_boxes)
+        if denoising is not None:
+            output["dn_outputs"] = {**set_output(dn_layers, aux=True), "matches": denoising.matches}
         return output
 
     def _layer_output(self, logits: Tensor, boxes: Tensor) -> dict[str, Tensor]:
@@ -167,12 +188,16 @@ def build_fast_detr(config: DetrConfig, backbone_weights: Path | None = None) ->
     queries = (AnchorBoxQueries(total, d, config.dec_layers, learned_anchors=not config.two_stage)
                if config.box_refinement else LearnedQueries(total, d, with_reference=config.deformable_attention))
     proposals = EncoderProposals(d, config.num_classes, config.focal_loss) if config.two_stage else None
+    denoising = (DenoisingGenerator(config.num_classes, d, config.denoising_groups)
+                 if config.denoising_groups else None)
     return FastDETR(backbone, LevelProjection(backbone.num_channels, d), encoder,
                     QueryDecoder(layers, nn.LayerNorm(d), queries), config.num_classes, config.num_queries,
-                    config.query_groups, config.focal_loss, config.aux_loss, proposals)
+                    config.query_groups, config.focal_loss, config.aux_loss, proposals, denoising)
 
 
 def build_fast_criterion(config: DetrConfig, cost: MatchCost, weights: LossWeights) -> nn.Module:
-    """The set criterion the config's techniques need: focal classification, averaged over query groups."""
+    """The set criterion the config's techniques need: focal classification, averaged over query groups,
+    plus the denoising queries' reconstruction."""
     criterion = (FocalSetCriterion if config.focal_loss else SetCriterion)(config.num_classes, cost, weights)
-    return GroupCriterion(criterion) if config.query_groups > 1 else criterion
+    grouped = GroupCriterion(criterion) if config.query_groups > 1 else criterion
+    return DenoisingCriterion(grouped, criterion) if config.denoising_groups else grouped
