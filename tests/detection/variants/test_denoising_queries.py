@@ -13,7 +13,7 @@ from attnkit.detection.variants.query_groups import group_attention_mask
 
 
 def _tiny(**fields):
-    return replace(preset("tiny")[0], arch="fast", num_classes=3, dec_layers=2, **fields)
+    return replace(preset("tiny")[0], arch="fast", num_classes=3, dec_layers=2, **{"denoising_groups": 3, **fields})
 
 
 def _inputs():

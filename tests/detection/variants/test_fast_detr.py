@@ -17,7 +17,7 @@ ALL_OFF = dict(feature_levels=1, deformable_attention=False, box_refinement=Fals
                two_stage=False, denoising_groups=0)
 OPTIONS = [{}, dict(feature_levels=1), dict(deformable_attention=False),
            dict(box_refinement=False, two_stage=False, denoising_groups=0), dict(focal_loss=False),
-           dict(query_groups=1), dict(two_stage=False), dict(denoising_groups=0), ALL_OFF]
+           dict(query_groups=1), dict(two_stage=False), dict(denoising_groups=2), ALL_OFF]
 
 
 def _tiny(**fields) -> DetrConfig:

@@ -21,10 +21,11 @@ def _bilinear(value_map, x, y):
 
 def test_deformable_sampling_equals_a_loop_over_points():
     torch.manual_seed(0)
-    shapes = [(4, 5), (2, 3)]
-    batch, queries, heads, head_dim, points = 2, 3, 2, 4, 3
+    shapes = [(4, 5), (2, 3), (3, 1)]
+    batch, queries, heads, head_dim, points = 2, 5, 2, 4, 6
     value = torch.randn(batch, sum(h * w for h, w in shapes), heads, head_dim, dtype=torch.float64)
-    locations = torch.rand(batch, queries, heads, len(shapes), points, 2, dtype=torch.float64) * 1.2 - 0.1
+    # inside, near the edges and far outside (where a point must not read a neighbouring level)
+    locations = torch.rand(batch, queries, heads, len(shapes), points, 2, dtype=torch.float64) * 3 - 1
     weights = torch.rand(batch, queries, heads, len(shapes), points, dtype=torch.float64)
     out = deformable_sampling(value, shapes, locations, weights)
     expected = torch.zeros(batch, queries, heads * head_dim, dtype=torch.float64)
@@ -76,3 +77,12 @@ def test_module_shapes_gradients_and_padding():
     changed[:, -9:] = 100.0
     torch.testing.assert_close(attention(query, reference, value, shapes, padding),
                                attention(query, reference, changed, shapes, padding))
+
+
+def test_deformable_sampling_gradients_match_finite_differences():
+    torch.manual_seed(0)
+    shapes = [(3, 4), (2, 2)]
+    value = torch.randn(1, 16, 2, 3, dtype=torch.float64, requires_grad=True)
+    locations = torch.rand(1, 2, 2, 2, 2, 2, dtype=torch.float64) * 1.4 - 0.2
+    weights = torch.rand(1, 2, 2, 2, 2, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda v, w: deformable_sampling(v, shapes, locations, w), (value, weights))
