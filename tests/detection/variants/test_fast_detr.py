@@ -145,7 +145,7 @@ def test_config_refuses_impossible_technique_settings():
     with pytest.raises(ConfigError, match="two_stage"):
         DetrConfig(arch="fast", box_refinement=False)
     with pytest.raises(ConfigError, match="denoising"):
-        DetrConfig(arch="fast", box_refinement=False, two_stage=False)
+        DetrConfig(arch="fast", box_refinement=False, two_stage=False, denoising_groups=2)
     with pytest.raises(ConfigError, match="denoising_groups"):
         DetrConfig(denoising_groups=-1)
 
