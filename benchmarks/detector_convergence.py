@@ -49,11 +49,13 @@ VARIANTS = {
     "detr": ["model.arch=detr"],
     "fast": ["model.arch=fast"],
     "fast-no-multi-scale": ["model.arch=fast", "model.feature_levels=1"],
-    "fast-no-deformable": ["model.arch=fast", "model.deformable_attention=false"],
+    "fast-no-deformable": ["model.arch=fast", "model.deformable_attention=false", "model.lite_encoder=false"],
+    "fast-no-lite-encoder": ["model.arch=fast", "model.lite_encoder=false"],
     "fast-no-two-stage": ["model.arch=fast", "model.two_stage=false"],
     "fast-no-refinement": ["model.arch=fast", "model.box_refinement=false", "model.two_stage=false"],
     "fast-no-focal": ["model.arch=fast", "model.focal_loss=false"],
     "fast-no-groups": ["model.arch=fast", "model.query_groups=1"],
+    "fast-denoising": ["model.arch=fast", "model.denoising_groups=3"],  # measured, not adopted
 }
 MARKS = ("ring", "cross", "bar", "dot")
 
@@ -185,14 +187,15 @@ def inference_speed(size: int, images: int, warmup: int = 2) -> dict[str, float]
     models = {arch: build_model(replace(base, arch=arch)).eval() for arch in ("detr", "fast")}
     pixels, mask = torch.randn(1, 3, size, size), torch.zeros(1, size, size, dtype=torch.bool)
     times: dict[str, list[float]] = {arch: [] for arch in models}
-    for _ in range(warmup):
-        for model in models.values():
-            model(pixels, mask)
-    for _ in range(images):
-        for arch, model in models.items():
-            start = time.perf_counter()
-            model(pixels, mask)
-            times[arch].append(time.perf_counter() - start)
+    with torch.inference_mode():  # as `attnkit detect` and `eval` run
+        for _ in range(warmup):
+            for model in models.values():
+                model(pixels, mask)
+        for _ in range(images):
+            for arch, model in models.items():
+                start = time.perf_counter()
+                model(pixels, mask)
+                times[arch].append(time.perf_counter() - start)
     return {arch: 1 / statistics.median(t) for arch, t in times.items()}
 
 

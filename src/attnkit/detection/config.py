@@ -37,6 +37,7 @@ class DetrConfig:
     feature_levels: int = 3  # ResNet stages read: 1 = C5 alone (DETR), 3 = C3, C4, C5
     deformable_attention: bool = True  # multi-scale deformable attention (Zhu et al. 2021) instead of full
     deformable_points: int = 4  # sampled points per head and level
+    lite_encoder: bool = True  # the deformable encoder updates the coarser levels only, reading all (Lite DETR)
     box_refinement: bool = True  # anchor-box queries, refined by every decoder layer
     focal_loss: bool = True  # sigmoid focal classification loss and matching cost
     query_groups: int = 3  # query groups trained one-to-one each (Group DETR); 1 = off
@@ -58,6 +59,9 @@ class DetrConfig:
         if self.two_stage and not self.box_refinement and self.arch != "detr":
             raise ConfigError("two_stage starts the decoder from proposed boxes and needs box_refinement; "
                               "set both to false to ablate refinement")
+        if self.lite_encoder and not self.deformable_attention and self.arch != "detr":
+            raise ConfigError("lite_encoder updates some levels of the deformable encoder and needs "
+                              "deformable_attention; set both to false to ablate deformable attention")
         if self.denoising_groups and not self.box_refinement and self.arch != "detr":
             raise ConfigError("denoising queries start from noised boxes and need box_refinement; "
                               "set model.denoising_groups=0 to ablate refinement")
@@ -138,8 +142,8 @@ class DetectionConfig:
         so older run folders still resume, evaluate and detect.
         """
         try:
-            # runs written before two-stage and denoising existed load without them
-            model = {"two_stage": False, "denoising_groups": 0, **document["model"]}
+            # runs written before two-stage, denoising and the lite encoder existed load without them
+            model = {"two_stage": False, "denoising_groups": 0, "lite_encoder": False, **document["model"]}
             train = dict(document["train"])
             if "lr_drop_epochs" in train:  # older runs (a drop after N epochs): resume without one
                 train = {"lr_drop": 1.0, **train}

@@ -101,7 +101,8 @@ def test_positive_queries_at_the_true_boxes_are_rebuilt_exactly_by_the_first_lay
     assert losses["loss_bbox"] < 1e-3 and losses["loss_giou"] < 1e-3
 
 
-def test_older_run_configs_load_without_denoising():
+def test_older_run_configs_load_without_denoising_and_the_lite_encoder():
     config = DetectionConfig(_tiny()).to_dict()
-    del config["model"]["denoising_groups"]
-    assert DetectionConfig.from_dict(config).model.denoising_groups == 0
+    del config["model"]["denoising_groups"], config["model"]["lite_encoder"]
+    model = DetectionConfig.from_dict(config).model
+    assert model.denoising_groups == 0 and not model.lite_encoder

@@ -43,10 +43,14 @@ class DeformableEncoderLayer(nn.Module):
         self.ffn = FeedForward(d_model, dim_feedforward, dropout)
 
     def forward(self, x: Tensor, pos: Tensor, reference: Tensor, shapes: Sequence[tuple[int, int]],
-                padding: Tensor) -> Tensor:
-        """x, pos: (batch, keys, d_model); reference: (batch, keys, levels, 2); padding: (batch, keys)."""
-        x = self.norm(x + self.dropout(self.self_attn(x + pos, reference, x, shapes, padding)))
-        return self.ffn(x)  # (batch, keys, d_model)
+                padding: Tensor, first: int = 0) -> Tensor:
+        """x, pos: (batch, keys, d_model); reference: (batch, keys, levels, 2); padding: (batch, keys).
+        first: the keys before it are read (as values) but not updated (`variants.lite_encoder`)."""
+        query = x[:, first:]  # (batch, updated keys, d_model)
+        query = self.norm(query + self.dropout(self.self_attn(query + pos[:, first:], reference[:, first:], x, shapes,
+                                                              padding)))
+        updated = self.ffn(query)
+        return torch.cat([x[:, :first], updated], 1) if first else updated  # (batch, keys, d_model)
 
 
 def encoder_reference_points(shapes: Sequence[tuple[int, int]], valid_ratios: Tensor) -> Tensor:
@@ -75,9 +79,14 @@ class DeformableEncoder(nn.Module):
     def forward(self, src: Tensor, pos: Tensor, padding: Tensor, shapes: Sequence[tuple[int, int]],
                 valid_ratios: Tensor) -> Tensor:
         reference = encoder_reference_points(shapes, valid_ratios)
+        first = self.first_updated(shapes)
         for layer in self.layers:
-            src = layer(src, pos, reference, shapes, padding)
+            src = layer(src, pos, reference, shapes, padding, first)
         return src  # (batch, keys, d_model)
+
+    def first_updated(self, shapes: Sequence[tuple[int, int]]) -> int:
+        """The first key the layers update: every key here."""
+        return 0
 
 
 class DeformableDecoderLayer(nn.Module):

@@ -2,6 +2,7 @@
 
     levels   = CNN(image)[C3, C4, C5]                  multi_scale_features (strides 8, 16, 32)
     memory   = Encoder(levels)                          deformable self-attention (linear in pixels)
+               updating C4, C5 only (C3 read)            lite_encoder
     boxes_0  = learned anchor boxes                     box_refinement
     h_d      = DecoderLayer_d(h_{d-1}, MLP(sine(boxes_{d-1})), memory sampled around boxes_{d-1})
     boxes_d  = sigmoid(Delta_d(h_d) + sigmoid^-1(boxes_{d-1}))
@@ -11,7 +12,7 @@
     training: + noised copies of the targets to rebuild  denoising_queries (DN-DETR / DINO)
 
 Each technique is one module, switched off by one `DetrConfig` field (`feature_levels=1`,
-`deformable_attention`, `box_refinement`, `focal_loss`, `query_groups=1`, `two_stage`,
+`deformable_attention`, `lite_encoder`, `box_refinement`, `focal_loss`, `query_groups=1`, `two_stage`,
 `denoising_groups=0`); with all of them off
 this model computes DETR (`attnkit.detection.detr`) exactly, from the same building blocks. Its
 output is the shared one (`pred_logits` in DETR's classes + 1 form, `pred_boxes`,
@@ -35,11 +36,12 @@ from attnkit.detection.detr import detr_transformer
 from attnkit.detection.hungarian_matcher import MatchCost
 from attnkit.detection.set_criterion import LossWeights, SetCriterion
 from attnkit.detection.variants.box_refinement import AnchorBoxQueries, LearnedQueries
-from attnkit.detection.variants.denoising_queries import (DenoisingCriterion, DenoisingGenerator, DenoisingQueries,
-                                                           denoising_attention_mask)
 from attnkit.detection.variants.deformable_transformer import (DeformableDecoderLayer, DeformableEncoder,
                                                                DeformableEncoderLayer)
+from attnkit.detection.variants.denoising_queries import (DenoisingCriterion, DenoisingGenerator, DenoisingQueries,
+                                                          denoising_attention_mask)
 from attnkit.detection.variants.focal_loss import PRIOR_BIAS, FocalSetCriterion, softmax_form
+from attnkit.detection.variants.lite_encoder import LiteEncoder
 from attnkit.detection.variants.multi_scale_features import FlatLevels, LevelProjection, MultiScaleJoiner
 from attnkit.detection.variants.query_groups import GroupCriterion, group_attention_mask, split_groups
 from attnkit.detection.variants.query_selection import EncoderProposals
@@ -179,7 +181,8 @@ def build_fast_detr(config: DetrConfig, backbone_weights: Path | None = None) ->
                                 position, levels)
     if config.deformable_attention:
         sizes = (d, config.num_heads, config.dim_feedforward, config.dropout, levels, config.deformable_points)
-        encoder = DeformableEncoder([DeformableEncoderLayer(*sizes) for _ in range(config.enc_layers)])
+        encoder = (LiteEncoder if config.lite_encoder else DeformableEncoder)(
+            [DeformableEncoderLayer(*sizes) for _ in range(config.enc_layers)])
         layers = [DeformableDecoderLayer(*sizes) for _ in range(config.dec_layers)]
     else:
         transformer = detr_transformer(config)

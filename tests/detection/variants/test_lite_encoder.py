@@ -1,0 +1,49 @@
+import torch
+
+from attnkit.detection.variants.deformable_transformer import (DeformableEncoder, DeformableEncoderLayer,
+                                                               encoder_reference_points)
+from attnkit.detection.variants.lite_encoder import LiteEncoder
+
+SHAPES = ((4, 4), (2, 2), (1, 1))  # 16 fine tokens, then 4 + 1 coarse ones
+
+
+def _encoders(levels: int = 3):
+    torch.manual_seed(0)
+    layers = [DeformableEncoderLayer(16, 4, 32, 0.0, levels, 2) for _ in range(2)]
+    full, lite = DeformableEncoder(layers), LiteEncoder(layers)
+    return full, lite
+
+
+def _inputs(shapes=SHAPES):
+    keys = sum(h * w for h, w in shapes)
+    return (torch.randn(2, keys, 16), torch.randn(2, keys, 16), torch.zeros(2, keys, dtype=torch.bool), shapes,
+            torch.ones(2, len(shapes), 2))
+
+
+def test_the_finest_level_is_read_but_not_updated():
+    _, lite = _encoders()
+    src, pos, padding, shapes, ratios = _inputs()
+    src.requires_grad_(True)
+    out = lite(src, pos, padding, shapes, ratios)
+    assert out.shape == src.shape
+    torch.testing.assert_close(out[:, :16], src[:, :16])  # C3 leaves as it came
+    assert not torch.allclose(out[:, 16:], src[:, 16:])
+    out[:, 16:].sum().backward()  # the coarse tokens' update reads the fine map
+    assert src.grad[:, :16].abs().sum() > 0
+
+
+def test_its_coarse_tokens_equal_a_full_layer_reading_the_same_keys():
+    full, lite = _encoders()
+    src, pos, padding, shapes, ratios = _inputs()
+    layer = full.layers[0]
+    reference = encoder_reference_points(shapes, ratios)
+    every = layer(src, pos, reference, shapes, padding)  # one layer updating all tokens
+    coarse = layer(src, pos, reference, shapes, padding, first=16)
+    torch.testing.assert_close(coarse[:, 16:], every[:, 16:])  # per query, the same computation
+    torch.testing.assert_close(coarse[:, :16], src[:, :16])
+
+
+def test_with_one_level_it_is_the_deformable_encoder():
+    full, lite = _encoders(levels=1)
+    inputs = _inputs(((3, 3),))
+    torch.testing.assert_close(lite(*inputs), full(*inputs))
