@@ -50,7 +50,8 @@ def test_generator_fills_groups_with_positives_then_negatives_and_matches_the_po
     assert len(empty.queries) == 0  # nothing to rebuild: all its queries are negatives
     # without label noise, a query's content is its object's label embedding
     torch.testing.assert_close(queries.content[0, [0, 1, 2, 3]], generator.label_embed.weight[[0, 2, 0, 2]])
-    assert generator([{"labels": torch.zeros(0, dtype=torch.int64), "boxes": torch.zeros(0, 4)}]) is None
+    nothing = generator([{"labels": torch.zeros(0, dtype=torch.int64), "boxes": torch.zeros(0, 4)}])
+    assert nothing.count == 4 and len(nothing.matches[0].queries) == 0  # negatives only, never no queries
 
 
 def test_attention_mask_keeps_groups_apart_and_hides_them_from_the_matching_queries():

@@ -67,11 +67,10 @@ class DenoisingGenerator(nn.Module):
         self.num_classes, self.groups = num_classes, groups
         self.label_noise, self.box_noise = label_noise, box_noise
 
-    def forward(self, targets: Sequence[dict[str, Tensor]]) -> DenoisingQueries | None:
-        """targets: per image {"labels": (objects,), "boxes": (objects, 4)}; None when no image has objects."""
-        most = max(len(t["labels"]) for t in targets)
-        if most == 0:
-            return None
+    def forward(self, targets: Sequence[dict[str, Tensor]]) -> DenoisingQueries:
+        """targets: per image {"labels": (objects,), "boxes": (objects, 4)}. A batch without objects still
+        gets groups of negatives, so the label embedding takes part in every step (as DDP requires)."""
+        most = max(1, *(len(t["labels"]) for t in targets))
         device = self.label_embed.weight.device
         size = 2 * most  # positives, then negatives
         labels, boxes, matches = [], [], []

@@ -140,7 +140,6 @@ class FastDETR(nn.Module):
         denoising = None
         if self.denoising is not None and self.training and targets is not None:
             denoising = self.denoising(targets)
-        if denoising is not None:
             self_mask = denoising_attention_mask(denoising, self_mask, groups * self.num_queries, memory.device)
         reference = None
         if self.proposals is not None:  # every group starts from the same proposals
