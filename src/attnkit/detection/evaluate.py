@@ -20,7 +20,7 @@ from pycocotools.cocoeval import COCOeval
 from torch import Tensor, nn
 
 from attnkit.detection.data import CocoAnnotations, CocoDetection
-from attnkit.detection.postprocess import postprocess
+from attnkit.detection.postprocess import pairs, postprocess
 from attnkit.detection.transforms import collate
 
 METRICS = ("AP", "AP50", "AP75", "APs", "APm", "APl")  # the first six numbers of COCOeval.stats
@@ -88,7 +88,9 @@ def predict_dataset(model: nn.Module, dataset: CocoDetection, batch_size: int = 
             images, mask, targets = collate([dataset[i] for i in indices])
             outputs = model(images.to(device), mask.to(device))
             sizes = torch.stack([t["orig_size"] for t in targets])
-            for target, detection in zip(targets, postprocess(outputs["pred_logits"], outputs["pred_boxes"], sizes)):
+            detections = (pairs(outputs["class_logits"], outputs["pred_boxes"], sizes) if "class_logits" in outputs
+                          else postprocess(outputs["pred_logits"], outputs["pred_boxes"], sizes))
+            for target, detection in zip(targets, detections):
                 results += to_coco_results(target["image_id"], detection, dataset.coco.category_ids)
     finally:
         model.train(was_training)

@@ -3,6 +3,11 @@
 Each query's class is the most probable real class (the "no object" probability is dropped),
 its score that class's probability; boxes go from normalised (cx, cy, w, h) to (x0, y0, x1, y1)
 pixels of the original image.
+
+A detector with sigmoid classes (`class_logits`, the focal loss) scores every (query, class) pair
+on its own; for evaluation, `pairs` keeps the 100 best pairs of each image, so a query whose
+class is in doubt counts once per likely class (Deformable DETR's `PostProcess`; COCO AP reads at
+most 100 detections per image). Either way there is no NMS.
 """
 
 from __future__ import annotations
@@ -22,3 +27,14 @@ def postprocess(logits: Tensor, boxes: Tensor, image_sizes: Tensor) -> list[dict
     scale = torch.stack([width, height, width, height], dim=-1)[:, None, :]  # (batch, 1, 4)
     pixels = box_convert(boxes.float(), "cxcywh", "xyxy") * scale  # (batch, queries, 4)
     return [{"scores": s, "labels": l, "boxes": b} for s, l, b in zip(scores, labels, pixels)]
+
+
+@torch.no_grad()
+def pairs(class_logits: Tensor, boxes: Tensor, image_sizes: Tensor, keep: int = 100) -> list[dict[str, Tensor]]:
+    """class_logits: (batch, queries, classes) sigmoid logits -> per image the KEEP best (query, class)
+    pairs as `postprocess` returns detections: {"scores", "labels", "boxes"}, each (min(KEEP, pairs), ...)."""
+    batch, queries, classes = class_logits.shape
+    scores, index = class_logits.float().sigmoid().flatten(1).topk(min(keep, queries * classes), dim=1)
+    labels, query = index % classes, index // classes  # (batch, kept)
+    found = postprocess(torch.zeros(batch, queries, 2, device=boxes.device), boxes, image_sizes)
+    return [{"scores": s, "labels": l, "boxes": f["boxes"][q]} for s, l, q, f in zip(scores, labels, query, found)]

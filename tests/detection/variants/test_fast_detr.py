@@ -7,7 +7,7 @@ import torchvision
 from attnkit.detection.architectures import build_criterion, build_model
 from attnkit.detection.config import DetrConfig, preset
 from attnkit.detection.hungarian_matcher import MatchCost
-from attnkit.detection.postprocess import postprocess
+from attnkit.detection.postprocess import pairs, postprocess
 from attnkit.detection.set_criterion import LossWeights
 from attnkit.detection.variants.focal_loss import sigmoid_focal_loss, softmax_form
 from attnkit.detection.variants.query_groups import group_attention_mask
@@ -137,6 +137,17 @@ def test_softmax_form_gives_the_sigmoid_score_of_the_best_class():
     torch.testing.assert_close(detections["labels"], torch.tensor([1, 2]))
 
 
+def test_evaluation_pairs_keep_the_best_query_class_pairs_with_their_query_box():
+    logits = torch.tensor([[[-1.0, 2.0, 0.5], [-3.0, -4.0, 1.0]]])  # 2 queries, 3 classes
+    boxes = torch.tensor([[[0.5, 0.5, 0.2, 0.2], [0.25, 0.25, 0.5, 0.5]]])
+    found = pairs(logits, boxes, torch.tensor([[10, 20]]), keep=3)[0]
+    torch.testing.assert_close(found["scores"], torch.sigmoid(torch.tensor([2.0, 1.0, 0.5])))
+    torch.testing.assert_close(found["labels"], torch.tensor([1, 2, 2]))  # query 0's second class counts too
+    torch.testing.assert_close(found["boxes"], torch.tensor([[8.0, 4.0, 12.0, 6.0], [0.0, 0.0, 10.0, 5.0],
+                                                             [8.0, 4.0, 12.0, 6.0]]))
+    assert len(pairs(logits, boxes, torch.tensor([[10, 20]]))[0]["scores"]) == 6  # all, when fewer than 100
+
+
 def test_config_refuses_impossible_technique_settings():
     with pytest.raises(ConfigError, match="feature_levels"):
         DetrConfig(feature_levels=4)
@@ -176,4 +187,30 @@ def test_two_stage_starts_every_group_from_the_best_proposals_and_trains_them():
 
 def _memory(model, images, mask):
     levels = model.input_proj(model.backbone(images, mask))
-    return model.encoder(levels.src, levels.pos, levels.padding, levels.shapes, levels.valid_ratios), levels
+    return model.encoder(levels), levels
+
+
+def test_an_unpadded_batch_geometry_is_kept_in_evaluation_only_and_changes_nothing():
+    torch.manual_seed(0)
+    model = build_model(_tiny()).eval()
+    images = torch.randn(2, 3, 64, 80)
+    unpadded = torch.zeros(2, 64, 80, dtype=torch.bool)
+    with torch.inference_mode():
+        first = model(images, unpadded)
+        second = model(images, unpadded)  # the kept geometry
+    assert len(model.backbone._kept) == 1
+    fresh = build_model(_tiny()).eval()
+    fresh.load_state_dict(model.state_dict())
+    fresh.backbone.training = True  # the joiner alone (not its batch norms): computes the geometry every time
+    with torch.no_grad():
+        computed = fresh(images, unpadded)
+    for out in (second, computed):
+        torch.testing.assert_close(out["pred_boxes"], first["pred_boxes"])
+        torch.testing.assert_close(out["pred_logits"], first["pred_logits"])
+    _, padded, targets = _inputs()
+    with torch.inference_mode():
+        model(images, padded)  # padding: computed, not kept
+    assert len(model.backbone._kept) == 1
+    model.train()  # after evaluation under inference mode, training still backpropagates
+    losses = build_criterion(_tiny(), MatchCost(), LossWeights())(model(images, unpadded, targets), targets)
+    losses["loss"].backward()

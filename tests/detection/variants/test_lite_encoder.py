@@ -3,6 +3,7 @@ import torch
 from attnkit.detection.variants.deformable_transformer import (DeformableEncoder, DeformableEncoderLayer,
                                                                encoder_reference_points)
 from attnkit.detection.variants.lite_encoder import LiteEncoder
+from attnkit.detection.variants.multi_scale_features import FlatLevels, LevelGeometry
 
 SHAPES = ((4, 4), (2, 2), (1, 1))  # 16 fine tokens, then 4 + 1 coarse ones
 
@@ -20,11 +21,15 @@ def _inputs(shapes=SHAPES):
             torch.ones(2, len(shapes), 2))
 
 
+def _levels(src, pos, padding, shapes, ratios) -> FlatLevels:
+    return FlatLevels(src, pos, LevelGeometry((), padding, shapes, ratios))
+
+
 def test_the_finest_level_is_read_but_not_updated():
     _, lite = _encoders()
     src, pos, padding, shapes, ratios = _inputs()
     src.requires_grad_(True)
-    out = lite(src, pos, padding, shapes, ratios)
+    out = lite(_levels(src, pos, padding, shapes, ratios))
     assert out.shape == src.shape
     torch.testing.assert_close(out[:, :16], src[:, :16])  # C3 leaves as it came
     assert not torch.allclose(out[:, 16:], src[:, 16:])
@@ -45,5 +50,5 @@ def test_its_coarse_tokens_equal_a_full_layer_reading_the_same_keys():
 
 def test_with_one_level_it_is_the_deformable_encoder():
     full, lite = _encoders(levels=1)
-    inputs = _inputs(((3, 3),))
-    torch.testing.assert_close(lite(*inputs), full(*inputs))
+    levels = _levels(*_inputs(((3, 3),)))
+    torch.testing.assert_close(lite(levels), full(levels))

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit.detection.variants.multi_scale_deformable_attention import MultiScaleDeformableAttention
+from attnkit.detection.variants.multi_scale_features import FlatLevels
 from attnkit.nn import MultiHeadAttention
 from attnkit.nn.dropout import Dropout
 
@@ -76,12 +77,13 @@ class DeformableEncoder(nn.Module):
         super().__init__()
         self.layers = nn.ModuleList(layers)
 
-    def forward(self, src: Tensor, pos: Tensor, padding: Tensor, shapes: Sequence[tuple[int, int]],
-                valid_ratios: Tensor) -> Tensor:
-        reference = encoder_reference_points(shapes, valid_ratios)
-        first = self.first_updated(shapes)
+    def forward(self, levels: FlatLevels) -> Tensor:
+        """levels: the flattened keys -> memory (batch, keys, d_model)."""
+        reference = levels.geometry.derive("encoder_reference_points",
+                                           lambda: encoder_reference_points(levels.shapes, levels.valid_ratios))
+        first, src = self.first_updated(levels.shapes), levels.src
         for layer in self.layers:
-            src = layer(src, pos, reference, shapes, padding, first)
+            src = layer(src, levels.pos, reference, levels.shapes, levels.padding, first)
         return src  # (batch, keys, d_model)
 
     def first_updated(self, shapes: Sequence[tuple[int, int]]) -> int:

@@ -55,9 +55,8 @@ class DenseEncoder(nn.Module):
         super().__init__()
         self.encoder = encoder
 
-    def forward(self, src: Tensor, pos: Tensor, padding: Tensor, shapes: Sequence[tuple[int, int]],
-                valid_ratios: Tensor) -> Tensor:
-        return self.encoder(src, src_key_padding_mask=padding, pos=pos)  # (batch, keys, d_model)
+    def forward(self, levels: FlatLevels) -> Tensor:
+        return self.encoder(levels.src, src_key_padding_mask=levels.padding, pos=levels.pos)  # (batch, keys, d_model)
 
 
 class DenseDecoderLayer(nn.Module):
@@ -134,7 +133,7 @@ class FastDETR(nn.Module):
         """images (batch, 3, H, W), mask (batch, H, W) True on padding -> the shared detector output.
         targets (per image "labels", "boxes"): read in training by the denoising queries only."""
         levels = self.input_proj(self.backbone(images, mask))
-        memory = self.encoder(levels.src, levels.pos, levels.padding, levels.shapes, levels.valid_ratios)
+        memory = self.encoder(levels)
         groups = self.groups if self.training else 1
         self_mask = group_attention_mask(groups, self.num_queries, memory.device)
         denoising = None

@@ -30,14 +30,14 @@ def deformable_sampling(value: Tensor, shapes: Sequence[tuple[int, int]], locati
     """
     batch, _, heads, head_dim = value.shape
     queries, levels, points = locations.shape[1], locations.shape[3], locations.shape[4]
-    grids = 2 * locations - 1  # grid_sample's [-1, 1] coordinates
+    # grid_sample's [-1, 1] coordinates: (batch * heads, queries, levels, points, 2)
+    grids = (2 * locations - 1).transpose(1, 2).flatten(0, 1).to(value.dtype)
+    value = value.permute(0, 2, 3, 1).flatten(0, 1)  # (batch * heads, head_dim, keys)
     sampled = []
-    for level, value_level in enumerate(value.split([h * w for h, w in shapes], dim=1)):
-        height, width = shapes[level]
-        value_level = value_level.permute(0, 2, 3, 1).reshape(batch * heads, head_dim, height, width)
-        grid = grids[:, :, :, level].transpose(1, 2).flatten(0, 1)  # (batch * heads, queries, points, 2)
-        sampled.append(F.grid_sample(value_level, grid.to(value_level.dtype), mode="bilinear",
-                                     padding_mode="zeros", align_corners=False))  # (batch * heads, dim, q, points)
+    for level, value_level in enumerate(value.split([h * w for h, w in shapes], dim=-1)):
+        value_level = value_level.unflatten(-1, shapes[level])  # (batch * heads, head_dim, height, width)
+        sampled.append(F.grid_sample(value_level, grids[:, :, level], mode="bilinear", padding_mode="zeros",
+                                     align_corners=False))  # (batch * heads, head_dim, queries, points)
     sampled = torch.stack(sampled, dim=-2).flatten(-2)  # (batch * heads, head_dim, queries, levels * points)
     weights = weights.transpose(1, 2).reshape(batch * heads, 1, queries, levels * points)
     output = (sampled * weights.to(sampled.dtype)).sum(-1)  # (batch * heads, head_dim, queries)

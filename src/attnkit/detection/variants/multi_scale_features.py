@@ -9,7 +9,9 @@ With one level this is DETR's input exactly: C5, a plain 1x1 convolution, no lev
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -22,13 +24,49 @@ STAGES = ("layer2", "layer3", "layer4")  # C3, C4, C5
 
 
 @dataclass(frozen=True)
+class LevelGeometry:
+    """What the padding masks decide about the levels: positions, padding, valid ratios, and the tensors
+    other modules derive from these alone (`derive`). An unpadded batch of one size always has the
+    same geometry, so in evaluation it is computed once and kept (`MultiScaleJoiner.geometry`)."""
+    positions: tuple[Tensor, ...]  # per level (batch, h * w, d_model) sine positions
+    padding: Tensor  # (batch, keys) True on padding
+    shapes: tuple[tuple[int, int], ...]  # (height, width) of each level, keys = sum of h * w
+    valid_ratios: Tensor  # (batch, levels, 2) the unpadded fraction (width, height) of each level's map
+    derived: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def derive(self, name: str, compute: Callable[[], Any]) -> Any:
+        """COMPUTE() the first time NAME is asked of this geometry, then the same value."""
+        if name not in self.derived:
+            self.derived[name] = compute()
+        return self.derived[name]
+
+
+def level_geometry(mask: Tensor, shapes: tuple[tuple[int, int], ...], position: PositionEmbeddingSine2D) -> LevelGeometry:
+    """mask (batch, H, W) True on padding, the levels' (h, w) -> their geometry."""
+    masks = [F.interpolate(mask[None].float(), size=shape)[0].bool() for shape in shapes]  # (batch, h, w) each
+    return LevelGeometry(tuple(position(m, dtype=torch.float32).flatten(2).transpose(1, 2) for m in masks),
+                         torch.cat([m.flatten(1) for m in masks], 1), shapes,
+                         torch.stack([valid_ratio(m) for m in masks], 1))
+
+
+@dataclass(frozen=True)
 class FlatLevels:
     """The levels as one sequence of keys."""
     src: Tensor  # (batch, keys, d_model)
     pos: Tensor  # (batch, keys, d_model) sine positions (+ level embedding)
-    padding: Tensor  # (batch, keys) True on padding
-    shapes: tuple[tuple[int, int], ...]  # (height, width) of each level, keys = sum of h * w
-    valid_ratios: Tensor  # (batch, levels, 2) the unpadded fraction (width, height) of each level's map
+    geometry: LevelGeometry
+
+    @property
+    def padding(self) -> Tensor:
+        return self.geometry.padding  # (batch, keys) True on padding
+
+    @property
+    def shapes(self) -> tuple[tuple[int, int], ...]:
+        return self.geometry.shapes
+
+    @property
+    def valid_ratios(self) -> Tensor:
+        return self.geometry.valid_ratios  # (batch, levels, 2)
 
 
 class MultiScaleJoiner(nn.Sequential):
@@ -40,15 +78,24 @@ class MultiScaleJoiner(nn.Sequential):
         widths = {"layer2": 128, "layer3": 256, "layer4": 512}
         scale = 1 if backbone.num_channels == 512 else 4  # bottleneck ResNets are 4 times wider
         self.num_channels = [widths[stage] * scale for stage in STAGES[-levels:]]
+        self._kept: dict[tuple, LevelGeometry] = {}
 
-    def forward(self, images: Tensor, mask: Tensor) -> list[tuple[Tensor, Tensor, Tensor]]:
-        """images (batch, 3, H, W), mask (batch, H, W) True on padding -> per level, finest first:
-        features (batch, channels, h, w), mask (batch, h, w), positions (batch, d_model, h, w)."""
-        levels = []
-        for features in self[0].body(images).values():
-            level_mask = F.interpolate(mask[None].float(), size=features.shape[-2:])[0].bool()
-            levels.append((features, level_mask, self[1](level_mask, dtype=torch.float32)))
-        return levels
+    def forward(self, images: Tensor, mask: Tensor) -> tuple[list[Tensor], LevelGeometry]:
+        """images (batch, 3, H, W), mask (batch, H, W) True on padding -> per level, finest first,
+        features (batch, channels, h, w), and the levels' geometry."""
+        features = list(self[0].body(images).values())
+        return features, self.geometry(mask, tuple((f.shape[-2], f.shape[-1]) for f in features))
+
+    def geometry(self, mask: Tensor, shapes: tuple[tuple[int, int], ...]) -> LevelGeometry:
+        """The levels' geometry; in evaluation, an unpadded batch's is kept per size and reused."""
+        if self.training or torch.compiler.is_compiling() or mask.any():
+            return level_geometry(mask, shapes, self[1])
+        key = (len(mask), shapes, mask.device, torch.is_inference_mode_enabled())
+        if key not in self._kept:
+            if len(self._kept) >= 8:  # sizes seen lately; an image stream of many sizes does not grow it
+                self._kept.clear()
+            self._kept[key] = level_geometry(mask, shapes, self[1])
+        return self._kept[key]
 
 
 class LevelProjection(nn.Module):
@@ -62,16 +109,12 @@ class LevelProjection(nn.Module):
                                                       if multi else [])) for c in in_channels)
         self.level_embed = nn.Parameter(torch.randn(len(in_channels), d_model) * 0.02) if multi else None
 
-    def forward(self, levels: list[tuple[Tensor, Tensor, Tensor]]) -> FlatLevels:
-        src, pos, padding, ratios = [], [], [], []
-        for index, (features, mask, position) in enumerate(levels):
-            src.append(self.proj[index](features).flatten(2).transpose(1, 2))  # (batch, h * w, d_model)
-            position = position.flatten(2).transpose(1, 2)  # (batch, h * w, d_model)
-            pos.append(position if self.level_embed is None else position + self.level_embed[index])
-            padding.append(mask.flatten(1))
-            ratios.append(valid_ratio(mask))
-        shapes = tuple((m.shape[-2], m.shape[-1]) for _, m, _ in levels)
-        return FlatLevels(torch.cat(src, 1), torch.cat(pos, 1), torch.cat(padding, 1), shapes, torch.stack(ratios, 1))
+    def forward(self, inputs: tuple[list[Tensor], LevelGeometry]) -> FlatLevels:
+        features, geometry = inputs
+        src = [proj(f).flatten(2).transpose(1, 2) for proj, f in zip(self.proj, features)]  # (batch, h * w, d_model)
+        pos = geometry.positions if self.level_embed is None else \
+            [p + e for p, e in zip(geometry.positions, self.level_embed)]
+        return FlatLevels(torch.cat(src, 1), torch.cat(pos, 1), geometry)
 
 
 def valid_ratio(mask: Tensor) -> Tensor:

@@ -42,6 +42,12 @@ def token_anchors(levels: FlatLevels) -> tuple[Tensor, Tensor]:
     return anchors, usable
 
 
+def proposal_anchors(levels: FlatLevels) -> tuple[Tensor, Tensor]:
+    """`token_anchors` with the anchors in inverse-sigmoid space, where the proposal head corrects them."""
+    anchors, usable = token_anchors(levels)
+    return inverse_sigmoid(anchors), usable
+
+
 class EncoderProposals(nn.Module):
     """The first stage: a box and class scores per encoder token; `select` keeps the best K boxes."""
 
@@ -59,10 +65,10 @@ class EncoderProposals(nn.Module):
     def forward(self, memory: Tensor, levels: FlatLevels) -> tuple[Tensor, Tensor, Tensor]:
         """memory (batch, keys, d_model) -> class logits (batch, keys, classes [+ 1]), boxes (batch, keys, 4)
         and the selection score (batch, keys), -1 where a key proposes nothing (padding, outside)."""
-        anchors, usable = token_anchors(levels)
+        anchors, usable = levels.geometry.derive("token_anchors", lambda: proposal_anchors(levels))
         z = self.output(memory.masked_fill(~usable[..., None], 0))  # (batch, keys, d_model)
         logits = self.class_embed(z)
-        boxes = (self.bbox_embed(z) + inverse_sigmoid(anchors)).sigmoid()
+        boxes = (self.bbox_embed(z) + anchors).sigmoid()
         probabilities = logits.sigmoid() if self.focal else logits.softmax(-1)[..., :-1]
         score = probabilities.max(-1).values.masked_fill(~usable, -1.0)  # (batch, keys)
         return logits, boxes, score
