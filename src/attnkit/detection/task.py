@@ -30,6 +30,7 @@ from attnkit.detection.transforms import collate
 from attnkit.errors import ConfigError, DataError
 from attnkit.training import LoopConfig, distributed
 from attnkit.training.fused_optimizer import fused_options
+from attnkit.training.precision import resolve_amp
 
 LOGGED = ("loss_ce", "loss_bbox", "loss_giou", "class_error", "cardinality_error")
 
@@ -163,16 +164,6 @@ class DetectionTask:
             return {}
         return evaluate_detector(self.model, self.val_set, self.eval_batch_size)
 
-
-
-def resolve_amp(amp: str, device: torch.device) -> str:
-    """The loop's autocast for `train.amp`: "auto" is bf16 on CUDA and off on a CPU; fp16 needs CUDA (ConfigError)."""
-    if amp == "fp16" and device.type != "cuda":
-        raise ConfigError(f"amp fp16 needs a CUDA device (loss scaling), and this run trains on {device.type}; "
-                          "use --amp bf16 or --amp off")
-    if amp == "auto":
-        return "bf16" if device.type == "cuda" else "off"
-    return amp
 
 
 def loop_config(config: DetectionConfig, device: torch.device, eval_every_minutes: float = 2.0,

@@ -46,8 +46,9 @@ def train_translation(
     """Train a translation model (a Transformer, or with --arch rnn the RNN baseline); writes the run folder OUT."""
     with user_errors():
         from attnkit.training import Budget
+        from attnkit.training.precision import resolve_amp
         from attnkit.translation.data import load_splits
-        from attnkit.translation.task import resolve_amp, train_run
+        from attnkit.translation.task import train_run
 
         from attnkit.training import distributed
 

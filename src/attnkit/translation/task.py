@@ -18,6 +18,7 @@ import torch
 from attnkit.errors import ConfigError
 from attnkit.training import distributed
 from attnkit.training.fused_optimizer import fused_options
+from attnkit.training.precision import resolve_amp
 from attnkit.translation.batching import Batch, Example, collate, make_examples, padding_fraction, token_batches
 from attnkit.translation.config import TranslationConfig, build_model
 from attnkit.translation.data import Corpus
@@ -145,28 +146,6 @@ def train_run(config: TranslationConfig, splits: dict[str, Corpus], out: Path, b
                       average_last=config.average_last, compile=compile)
     Trainer(task, run, budget, loop, progress=progress).fit(resume=resume)
     return run
-
-
-def resolve_amp(amp: str, device: torch.device) -> str:
-    """"auto": bf16 autocast on CUDA and on CPUs with native bf16 arithmetic (AVX512-BF16 or AMX), else off.
-
-    ConfigError for fp16 off CUDA (its loss scaler needs CUDA).
-    """
-    if amp == "fp16" and device.type != "cuda":
-        raise ConfigError(f"amp fp16 needs a CUDA device (loss scaling), and this run trains on {device.type}; "
-                          "use --amp bf16 or --amp off")
-    if amp != "auto":
-        return amp
-    return "bf16" if device.type == "cuda" or (device.type == "cpu" and cpu_has_bf16()) else "off"
-
-
-def cpu_has_bf16() -> bool:
-    """Whether this CPU multiplies bf16 natively (elsewhere bf16 autocast is emulated and slower)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").split()
-    except OSError:  # not Linux: stay in fp32
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def describe(prepared: Prepared, device: torch.device, amp: str = "off") -> None:
