@@ -26,8 +26,8 @@ either.
 Reports, per dataset: AP at each validation (plot), final AP / AP50 without and with NMS (class-
 wise, IoU 0.5, applied after the fact: the detectors are set predictors and are evaluated without
 it), minutes each run needed to reach the faithful DETR's final AP and the ratio to DETR's; and
-inference images/s of `detr` and `fast` (eval mode, batch 1, the preset's image size, alternating
-in one process). Writes OUT/results.md (the BENCHMARKS.md section), OUT/results.json and plots.
+inference images/s of `detr` and `fast` (eval mode, batches of 1 and 8, the preset's image size,
+alternating in one process). Writes OUT/results.md (the BENCHMARKS.md section), OUT/results.json and plots.
 """
 
 from __future__ import annotations
@@ -178,25 +178,25 @@ def minutes_to_reach(points: list[dict], target: float) -> float | None:
 
 
 @torch.no_grad()
-def inference_speed(size: int, images: int, warmup: int = 2) -> dict[str, float]:
-    """Images/s of `detr` and `fast` (small preset, 5 classes, eval mode), alternating, batch 1, SIZE x SIZE."""
+def inference_speed(size: int, batches: int, batch: int = 1, warmup: int = 2) -> dict[str, float]:
+    """Images/s of `detr` and `fast` (small preset, 5 classes, eval mode), alternating, BATCH images of SIZE x SIZE."""
     from attnkit.detection.architectures import build_model
     from attnkit.detection.config import preset
 
     base = replace(preset("small")[0], num_classes=5)
     models = {arch: build_model(replace(base, arch=arch)).eval() for arch in ("detr", "fast")}
-    pixels, mask = torch.randn(1, 3, size, size), torch.zeros(1, size, size, dtype=torch.bool)
+    pixels, mask = torch.randn(batch, 3, size, size), torch.zeros(batch, size, size, dtype=torch.bool)
     times: dict[str, list[float]] = {arch: [] for arch in models}
     with torch.inference_mode():  # as `attnkit detect` and `eval` run
         for _ in range(warmup):
             for model in models.values():
                 model(pixels, mask)
-        for _ in range(images):
+        for _ in range(batches):
             for arch, model in models.items():
                 start = time.perf_counter()
                 model(pixels, mask)
                 times[arch].append(time.perf_counter() - start)
-    return {arch: 1 / statistics.median(t) for arch, t in times.items()}
+    return {arch: batch / statistics.median(t) for arch, t in times.items()}
 
 
 def plot_curves(curves: dict[str, list[dict]], title: str, path: Path) -> Path:
@@ -277,10 +277,12 @@ def main() -> None:
         plot = plot_curves(curves, f"{dataset}: AP against training minutes", args.out / f"{dataset}_ap.png")
         report += dataset_table(dataset, curves, finals) + [f"![{dataset}]({plot})", ""]
         results[dataset] = {"curves": curves, "final": finals}
-    speed = inference_speed(96, args.speed_images)
+    speed = {batch: inference_speed(96, args.speed_images, batch) for batch in (1, 8)}
     results["speed"] = speed
-    report += ["### Inference (small preset, 96 x 96 px, batch 1, eval mode)", "",
-               "| arch | images/s |", "| --- | ---: |", *[f"| {a} | {s:.1f} |" for a, s in speed.items()], ""]
+    report += ["### Inference (small preset, 96 x 96 px, eval mode): images/s", "",
+               "| batch | detr | fast | fast / detr |", "| ---: | ---: | ---: | ---: |",
+               *[f"| {b} | {s['detr']:.1f} | {s['fast']:.1f} | {s['fast'] / s['detr']:.2f}x |" for b, s in speed.items()],
+               ""]
     (args.out / "results.json").write_text(json.dumps(results, indent=1))
     (args.out / "results.md").write_text("\n".join(report))
     print("\n" + "\n".join(report))

@@ -65,17 +65,28 @@ def hungarian_match(logits: Tensor, boxes: Tensor, targets: Sequence[dict[str, T
     targets: per image {"labels": (objects,), "boxes": (objects, 4)}. An image without objects
     gets an empty match. cost_matrix: another L_match with `match_cost_matrix`'s arguments
     (a variant's classification cost, e.g. the focal one); the paper's by default.
+    The costs of the whole batch are one matrix (every query against every object of the batch,
+    one computation instead of one per image); each image solves its own block.
     """
     cost_matrix = cost_matrix or match_cost_matrix
-    matches = []
-    for image_logits, image_boxes, target in zip(logits.float(), boxes.float(), targets, strict=True):
-        labels, target_boxes = target["labels"], target["boxes"].to(image_boxes)
-        if len(labels) == 0:
-            empty = torch.zeros(0, dtype=torch.int64)
+    if len(targets) != len(logits):
+        raise ValueError(f"{len(logits)} images of predictions but {len(targets)} targets")
+    sizes = [len(t["labels"]) for t in targets]
+    empty = torch.zeros(0, dtype=torch.int64)
+    if not sum(sizes):
+        return [Match(empty, empty) for _ in targets]
+    batch, queries = logits.shape[:2]
+    labels = torch.cat([t["labels"] for t in targets]).to(logits.device)
+    target_boxes = torch.cat([t["boxes"] for t in targets]).to(boxes.device, torch.float32)
+    matrix = cost_matrix(logits.flatten(0, 1).float(), boxes.flatten(0, 1).float(), labels, target_boxes, cost)
+    matrix = torch.nan_to_num(matrix, nan=1e8, posinf=1e8, neginf=-1e8)  # a diverged step still matches;
+    blocks = matrix.view(batch, queries, -1).cpu().numpy()                # its loss is non-finite and skipped
+    matches, start = [], 0
+    for image, size in enumerate(sizes):
+        if not size:
             matches.append(Match(empty, empty))
             continue
-        matrix = cost_matrix(image_logits, image_boxes, labels, target_boxes, cost)
-        matrix = torch.nan_to_num(matrix, nan=1e8, posinf=1e8, neginf=-1e8)  # a diverged step still matches;
-        rows, cols = linear_sum_assignment(matrix.cpu().numpy())              # its loss is non-finite and skipped
+        rows, cols = linear_sum_assignment(blocks[image, :, start:start + size])
         matches.append(Match(torch.as_tensor(rows, dtype=torch.int64), torch.as_tensor(cols, dtype=torch.int64)))
+        start += size
     return matches

@@ -190,27 +190,28 @@ def _memory(model, images, mask):
     return model.encoder(levels), levels
 
 
-def test_an_unpadded_batch_geometry_is_kept_in_evaluation_only_and_changes_nothing():
+def test_an_unpadded_batch_geometry_is_kept_per_size_and_changes_nothing():
     torch.manual_seed(0)
     model = build_model(_tiny()).eval()
-    images = torch.randn(2, 3, 64, 80)
-    unpadded = torch.zeros(2, 64, 80, dtype=torch.bool)
-    with torch.inference_mode():
-        first = model(images, unpadded)
-        second = model(images, unpadded)  # the kept geometry
-    assert len(model.backbone._kept) == 1
     fresh = build_model(_tiny()).eval()
     fresh.load_state_dict(model.state_dict())
-    fresh.backbone.training = True  # the joiner alone (not its batch norms): computes the geometry every time
-    with torch.no_grad():
-        computed = fresh(images, unpadded)
-    for out in (second, computed):
+    small, large = torch.randn(2, 3, 64, 80), torch.randn(2, 3, 96, 64)
+    unpadded = {len(x[0, 0]): torch.zeros(2, *x.shape[-2:], dtype=torch.bool) for x in (small, large)}
+    with torch.inference_mode():
+        first = model(small, unpadded[64])
+        model(large, unpadded[96])
+        again = model(small, unpadded[64])  # the kept geometry of its size, not the last one
+        computed = fresh(small, unpadded[64])
+    assert len(model.backbone._kept) == 2
+    for out in (again, computed):
         torch.testing.assert_close(out["pred_boxes"], first["pred_boxes"])
         torch.testing.assert_close(out["pred_logits"], first["pred_logits"])
     _, padded, targets = _inputs()
     with torch.inference_mode():
-        model(images, padded)  # padding: computed, not kept
-    assert len(model.backbone._kept) == 1
-    model.train()  # after evaluation under inference mode, training still backpropagates
-    losses = build_criterion(_tiny(), MatchCost(), LossWeights())(model(images, unpadded, targets), targets)
-    losses["loss"].backward()
+        model(small, padded)  # padding: computed, not kept
+    assert len(model.backbone._kept) == 2
+    model.train()  # after evaluation under inference mode, training still backpropagates, twice
+    criterion = build_criterion(_tiny(), MatchCost(), LossWeights())
+    for _ in range(2):
+        criterion(model(small, unpadded[64], targets), targets)["loss"].backward()
+    assert len(model.backbone._kept) == 3  # the same size outside inference mode is kept apart

@@ -27,7 +27,7 @@ STAGES = ("layer2", "layer3", "layer4")  # C3, C4, C5
 class LevelGeometry:
     """What the padding masks decide about the levels: positions, padding, valid ratios, and the tensors
     other modules derive from these alone (`derive`). An unpadded batch of one size always has the
-    same geometry, so in evaluation it is computed once and kept (`MultiScaleJoiner.geometry`)."""
+    same geometry, so it is computed once per size and kept (`MultiScaleJoiner.geometry`)."""
     positions: tuple[Tensor, ...]  # per level (batch, h * w, d_model) sine positions
     padding: Tensor  # (batch, keys) True on padding
     shapes: tuple[tuple[int, int], ...]  # (height, width) of each level, keys = sum of h * w
@@ -87,8 +87,8 @@ class MultiScaleJoiner(nn.Sequential):
         return features, self.geometry(mask, tuple((f.shape[-2], f.shape[-1]) for f in features))
 
     def geometry(self, mask: Tensor, shapes: tuple[tuple[int, int], ...]) -> LevelGeometry:
-        """The levels' geometry; in evaluation, an unpadded batch's is kept per size and reused."""
-        if self.training or torch.compiler.is_compiling() or mask.any():
+        """The levels' geometry; an unpadded batch's is kept per size and reused (it holds no gradients)."""
+        if torch.compiler.is_compiling() or mask.any():
             return level_geometry(mask, shapes, self[1])
         key = (len(mask), shapes, mask.device, torch.is_inference_mode_enabled())
         if key not in self._kept:
