@@ -77,8 +77,12 @@ def same_size_batches(dataset: CocoDetection, batch_size: int) -> Iterator[list[
 
 
 @torch.no_grad()
-def predict_dataset(model: nn.Module, dataset: CocoDetection, batch_size: int = 8) -> list[dict]:
-    """Run MODEL (in eval mode) over DATASET (with evaluation transforms); COCO results format."""
+def predict_dataset(model: nn.Module, dataset: CocoDetection, batch_size: int = 8,
+                    one_per_query: bool = False) -> list[dict]:
+    """Run MODEL (in eval mode) over DATASET (with evaluation transforms); COCO results format.
+
+    A sigmoid detector gives its best (query, class) pairs (`postprocess.pairs`), unless ONE_PER_QUERY
+    (each query's best class only, as `attnkit detect` shows them)."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -88,7 +92,8 @@ def predict_dataset(model: nn.Module, dataset: CocoDetection, batch_size: int = 
             images, mask, targets = collate([dataset[i] for i in indices])
             outputs = model(images.to(device), mask.to(device))
             sizes = torch.stack([t["orig_size"] for t in targets])
-            detections = (pairs(outputs["class_logits"], outputs["pred_boxes"], sizes) if "class_logits" in outputs
+            detections = (pairs(outputs["class_logits"], outputs["pred_boxes"], sizes)
+                          if "class_logits" in outputs and not one_per_query
                           else postprocess(outputs["pred_logits"], outputs["pred_boxes"], sizes))
             for target, detection in zip(targets, detections):
                 results += to_coco_results(target["image_id"], detection, dataset.coco.category_ids)

@@ -41,7 +41,8 @@ class LevelGeometry:
         return self.derived[name]
 
 
-def level_geometry(mask: Tensor, shapes: tuple[tuple[int, int], ...], position: PositionEmbeddingSine2D) -> LevelGeometry:
+def level_geometry(mask: Tensor, shapes: tuple[tuple[int, int], ...],
+                   position: PositionEmbeddingSine2D) -> LevelGeometry:
     """mask (batch, H, W) True on padding, the levels' (h, w) -> their geometry."""
     masks = [F.interpolate(mask[None].float(), size=shape)[0].bool() for shape in shapes]  # (batch, h, w) each
     return LevelGeometry(tuple(position(m, dtype=torch.float32).flatten(2).transpose(1, 2) for m in masks),
