@@ -5,7 +5,7 @@
     python benchmarks/detector_convergence.py --variants detr fast --datasets shapes --minutes 15
 
 Every run uses the `small` preset (ResNet-18 from scratch, hidden 128, 8 heads, 2+2 layers, 15
-queries, images 80-112 px in training (no random crop) and 96 px in validation), the same training time budget
+queries, 96 px images (shortest side) in training, no random crop, and in validation), the same training time budget
 (training minutes exclude validation) and the same seed; only `model.arch` and the technique
 fields of `DetrConfig` differ:
 

@@ -160,9 +160,9 @@ def _tuple(value: Any) -> Any:
 
 _SMALL_MODEL = DetrConfig(arch="fast", backbone="resnet18", hidden_dim=128, num_heads=8, enc_layers=2, dec_layers=2,
                           dim_feedforward=512, dropout=0.0, num_queries=15)
-_SMALL_TRAIN = DetectionTrainConfig(lr=3e-4, lr_backbone=3e-4, clip_max_norm=0.1, batch_size=4,
-                                    train_scales=(80, 88, 96, 104, 112), max_size=160,
-                                    val_size=96, crop_min_fraction=1.0)  # no crop: see BENCHMARKS, detector convergence
+# one scale, no crop, the drop at 80%: for budgets of minutes (BENCHMARKS.md, "Detector convergence")
+_SMALL_TRAIN = DetectionTrainConfig(lr=3e-4, lr_backbone=3e-4, clip_max_norm=0.1, batch_size=4, lr_drop=0.8,
+                                    train_scales=(96,), max_size=160, val_size=96, crop_min_fraction=1.0)
 PRESETS: dict[str, tuple[DetrConfig, DetectionTrainConfig]] = {
     "detr-r50": (DetrConfig(), DetectionTrainConfig()),
     "small": (_SMALL_MODEL, _SMALL_TRAIN),
