@@ -23,18 +23,23 @@ def postprocess(logits: Tensor, boxes: Tensor, image_sizes: Tensor) -> list[dict
     (height, width). Returns per image {"scores": (queries,), "labels": (queries,), "boxes": (queries, 4)}."""
     prob = logits.float().softmax(-1)[..., :-1]  # (batch, queries, classes)
     scores, labels = prob.max(-1)  # (batch, queries)
+    pixels = pixel_boxes(boxes, image_sizes)  # (batch, queries, 4)
+    return [{"scores": s, "labels": l, "boxes": b} for s, l, b in zip(scores, labels, pixels)]
+
+
+def pixel_boxes(boxes: Tensor, image_sizes: Tensor) -> Tensor:
+    """(batch, queries, 4) normalised cx, cy, w, h -> x0, y0, x1, y1 in pixels of (batch, 2) (height, width)."""
     height, width = image_sizes.to(boxes.device).float().unbind(-1)
     scale = torch.stack([width, height, width, height], dim=-1)[:, None, :]  # (batch, 1, 4)
-    pixels = box_convert(boxes.float(), "cxcywh", "xyxy") * scale  # (batch, queries, 4)
-    return [{"scores": s, "labels": l, "boxes": b} for s, l, b in zip(scores, labels, pixels)]
+    return box_convert(boxes.float(), "cxcywh", "xyxy") * scale
 
 
 @torch.no_grad()
 def pairs(class_logits: Tensor, boxes: Tensor, image_sizes: Tensor, keep: int = 100) -> list[dict[str, Tensor]]:
     """class_logits: (batch, queries, classes) sigmoid logits -> per image the KEEP best (query, class)
     pairs as `postprocess` returns detections: {"scores", "labels", "boxes"}, each (min(KEEP, pairs), ...)."""
-    batch, queries, classes = class_logits.shape
+    queries, classes = class_logits.shape[1:]
     scores, index = class_logits.float().sigmoid().flatten(1).topk(min(keep, queries * classes), dim=1)
     labels, query = index % classes, index // classes  # (batch, kept)
-    found = postprocess(torch.zeros(batch, queries, 2, device=boxes.device), boxes, image_sizes)
-    return [{"scores": s, "labels": l, "boxes": f["boxes"][q]} for s, l, q, f in zip(scores, labels, query, found)]
+    pixels = pixel_boxes(boxes, image_sizes)  # (batch, queries, 4)
+    return [{"scores": s, "labels": l, "boxes": b[q]} for s, l, q, b in zip(scores, labels, query, pixels)]

@@ -92,11 +92,12 @@ class MultiScaleJoiner(nn.Sequential):
         if torch.compiler.is_compiling() or mask.any():
             return level_geometry(mask, shapes, self[1])
         key = (len(mask), shapes, mask.device, torch.is_inference_mode_enabled())
-        if key not in self._kept:
+        geometry = self._kept.get(key)  # one lookup: another thread (a server's) may clear the dict meanwhile
+        if geometry is None:
             if len(self._kept) >= 8:  # sizes seen lately; an image stream of many sizes does not grow it
                 self._kept.clear()
-            self._kept[key] = level_geometry(mask, shapes, self[1])
-        return self._kept[key]
+            geometry = self._kept[key] = level_geometry(mask, shapes, self[1])
+        return geometry
 
 
 class LevelProjection(nn.Module):
