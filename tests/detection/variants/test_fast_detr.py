@@ -208,8 +208,11 @@ def test_an_unpadded_batch_geometry_is_kept_per_size_and_changes_nothing():
         torch.testing.assert_close(out["pred_logits"], first["pred_logits"])
     _, padded, targets = _inputs()
     with torch.inference_mode():
-        model(small, padded)  # padding: computed, not kept
+        with_padding = model(small, padded)  # padding: computed, not kept, not read from the unpadded one
+        fresh.backbone._kept.clear()
+        torch.testing.assert_close(with_padding["pred_boxes"], fresh(small, padded)["pred_boxes"])
     assert len(model.backbone._kept) == 2
+    assert not torch.allclose(with_padding["pred_boxes"], first["pred_boxes"])
     model.train()  # after evaluation under inference mode, training still backpropagates, twice
     criterion = build_criterion(_tiny(), MatchCost(), LossWeights())
     for _ in range(2):
