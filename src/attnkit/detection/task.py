@@ -27,7 +27,7 @@ from attnkit.detection.evaluate import evaluate_detector
 from attnkit.detection.hungarian_matcher import MatchCost
 from attnkit.detection.set_criterion import LossWeights
 from attnkit.detection.transforms import collate
-from attnkit.errors import ConfigError, DataError
+from attnkit.errors import DataError
 from attnkit.training import LoopConfig, distributed
 from attnkit.training.fused_optimizer import fused_options
 from attnkit.training.precision import resolve_amp
@@ -163,7 +163,6 @@ class DetectionTask:
         if self.val_set is None:
             return {}
         return evaluate_detector(self.model, self.val_set, self.eval_batch_size)
-
 
 
 def loop_config(config: DetectionConfig, device: torch.device, eval_every_minutes: float = 2.0,

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import torch
 
-from attnkit.errors import ConfigError
 from attnkit.training import distributed
 from attnkit.training.fused_optimizer import fused_options
 from attnkit.training.precision import resolve_amp
