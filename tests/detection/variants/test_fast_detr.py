@@ -171,9 +171,10 @@ def test_two_stage_starts_every_group_from_the_best_proposals_and_trains_them():
     outputs = model(images, mask)
     keys = sum(h * w for h, w in ((8, 10), (4, 5), (2, 3)))  # strides 8, 16, 32 of 64 x 80
     assert outputs["enc_outputs"]["class_logits"].shape == (2, keys, 3)
-    logits, boxes, score = model.proposals(*_memory(model, images, mask))
+    memory, levels = _memory(model, images, mask)
+    logits, boxes, score, best = model.proposals(memory, levels, 10)
     assert (score[1] < 0).sum() > 0  # the padded part of the second image proposes nothing
-    best = boxes.gather(1, score.topk(10, dim=1).indices[..., None].expand(-1, -1, 4))
+    torch.testing.assert_close(best, boxes.gather(1, score.topk(10, dim=1).indices[..., None].expand(-1, -1, 4)))
     # the correction heads start at zero: the first decoder layer returns its references, the proposals
     torch.testing.assert_close(outputs["aux_outputs"][0]["pred_boxes"], best)
     torch.testing.assert_close(outputs["group_outputs"][0]["aux_outputs"][0]["pred_boxes"], best)
@@ -183,6 +184,13 @@ def test_two_stage_starts_every_group_from_the_best_proposals_and_trains_them():
     assert model.proposals.class_embed.weight.grad.abs().sum() > 0
     model.eval()
     assert "enc_outputs" not in model(images, mask)  # inference: one set, the decoder's
+    with torch.no_grad():
+        model.proposals.bbox_embed.layers[-1].weight.normal_()  # every token's box now depends on its state
+    _, no_boxes, _, chosen = model.proposals(memory, levels, 10)  # inference computes the chosen boxes only
+    model.proposals.train()
+    _, _, _, trained = model.proposals(memory, levels, 10)
+    assert no_boxes is None and not torch.allclose(trained, best)  # no longer the anchors
+    torch.testing.assert_close(chosen, trained)
 
 
 def _memory(model, images, mask):

@@ -23,17 +23,21 @@ from attnkit.detection.detr import MLP
 
 
 def inverse_sigmoid(x: Tensor, eps: float = 1e-5) -> Tensor:
-    x = x.clamp(0, 1)
-    return torch.log(x.clamp(min=eps) / (1 - x).clamp(min=eps))
+    """sigmoid^-1(x) = log(x / (1 - x)), x clamped to [eps, 1 - eps] so that 0 and 1 stay finite."""
+    return torch.logit(x, eps)
 
 
-def sine_box_embedding(boxes: Tensor, d_model: int, temperature: float = 10000) -> Tensor:
-    """boxes (..., 4) in [0, 1] -> (..., 2 * d_model): d_model / 2 sine features per coordinate (DAB-DETR)."""
-    half = d_model // 2
-    dim_t = torch.arange(half, dtype=torch.float32, device=boxes.device)
-    dim_t = temperature ** (2 * (dim_t // 2) / half)  # (half,)
-    angles = boxes.float()[..., None] * 2 * math.pi / dim_t  # (..., 4, half)
-    return torch.stack((angles[..., 0::2].sin(), angles[..., 1::2].cos()), -1).flatten(-3)
+def sine_box_embedding(boxes: Tensor, frequencies: Tensor, phases: Tensor) -> Tensor:
+    """boxes (..., 4) in [0, 1] -> (..., 4 * half): half sine features per coordinate (DAB-DETR);
+    FREQUENCIES and PHASES (half,) from `sine_frequencies`."""
+    return torch.addcmul(phases, boxes.float()[..., None], frequencies).sin().flatten(-2)
+
+
+def sine_frequencies(half: int, temperature: float = 10000) -> tuple[Tensor, Tensor]:
+    """sin(2 pi b / T^(2i / half)) at even features i, the cosine (sin(. + pi / 2)) at odd ones:
+    (half,) angular frequencies 2 pi / T^(2 floor(i / 2) / half) and phases (0, pi / 2, 0, ...)."""
+    index = torch.arange(half)
+    return 2 * math.pi / temperature ** (2 * (index // 2) / half), (index % 2) * (math.pi / 2)
 
 
 class AnchorBoxQueries(nn.Module):
@@ -53,13 +57,16 @@ class AnchorBoxQueries(nn.Module):
         nn.init.zeros_(head.layers[-1].weight)
         nn.init.zeros_(head.layers[-1].bias)
         self.bbox_embed = nn.ModuleList(copy.deepcopy(head) for _ in range(num_layers))
-        self.d_model = d_model
+        frequencies, phases = sine_frequencies(d_model // 2)
+        self.register_buffer("sine_frequencies", frequencies, persistent=False)
+        self.register_buffer("sine_phases", phases, persistent=False)
 
     def initial(self, batch: int, queries: int) -> Tensor:
         return self.anchors[:queries].sigmoid().unsqueeze(0).expand(batch, -1, -1)  # (batch, queries, 4)
 
     def query_pos(self, reference: Tensor, batch: int = 0, queries: int = 0) -> Tensor:
-        return self.position_head(sine_box_embedding(reference, self.d_model))  # (batch, queries, d_model)
+        embedding = sine_box_embedding(reference, self.sine_frequencies, self.sine_phases)  # (batch, queries, 2 d_model)
+        return self.position_head(embedding)  # (batch, queries, d_model)
 
     def boxes(self, layer: int, hidden: Tensor, reference: Tensor) -> Tensor:
         """Eq. 5: this layer's boxes (batch, queries, 4) from its output and the previous layer's boxes."""

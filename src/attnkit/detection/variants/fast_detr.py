@@ -142,8 +142,8 @@ class FastDETR(nn.Module):
             self_mask = denoising_attention_mask(denoising, self_mask, groups * self.num_queries, memory.device)
         reference = None
         if self.proposals is not None:  # every group starts from the same proposals
-            enc_logits, enc_boxes, score = self.proposals(memory, levels)
-            reference = self.proposals.select(enc_boxes, score, self.num_queries).repeat(1, groups, 1)
+            enc_logits, enc_boxes, _, reference = self.proposals(memory, levels, self.num_queries)
+            reference = reference.repeat(1, groups, 1)
         hidden, boxes = self.decoder(memory, levels, groups * self.num_queries, self_mask, reference, denoising)
         logits = self.class_embed(hidden)  # (layers, batch, [denoising +] groups * queries, classes [+ 1])
         per_layer = [self._layer_output(l, b) for l, b in zip(logits, boxes)]

@@ -30,17 +30,19 @@ def deformable_sampling(value: Tensor, shapes: Sequence[tuple[int, int]], locati
     """
     batch, _, heads, head_dim = value.shape
     queries, levels, points = locations.shape[1], locations.shape[3], locations.shape[4]
-    # grid_sample's [-1, 1] coordinates: (batch * heads, queries, levels, points, 2)
-    grids = (2 * locations - 1).transpose(1, 2).flatten(0, 1).to(value.dtype)
-    value = value.permute(0, 2, 3, 1).flatten(0, 1)  # (batch * heads, head_dim, keys)
-    sampled = []
-    for level, value_level in enumerate(value.split([h * w for h, w in shapes], dim=-1)):
-        value_level = value_level.unflatten(-1, shapes[level])  # (batch * heads, head_dim, height, width)
-        sampled.append(F.grid_sample(value_level, grids[:, :, level], mode="bilinear", padding_mode="zeros",
-                                     align_corners=False))  # (batch * heads, head_dim, queries, points)
-    sampled = torch.stack(sampled, dim=-2).flatten(-2)  # (batch * heads, head_dim, queries, levels * points)
-    weights = weights.transpose(1, 2).reshape(batch * heads, 1, queries, levels * points)
-    output = (sampled * weights.to(sampled.dtype)).sum(-1)  # (batch * heads, head_dim, queries)
+    # laid out level first, each level's block contiguous: grid_sample is 2-3x slower on strided grids or
+    # maps, and a sum over non-adjacent dimensions is slower than a sum per level
+    grids = (2 * locations - 1).permute(3, 0, 2, 1, 4, 5).flatten(1, 2)  # (levels, batch * heads, queries, points, 2)
+    grids = grids.to(value.dtype, memory_format=torch.contiguous_format)  # grid_sample's [-1, 1] coordinates
+    weights = weights.permute(3, 0, 2, 1, 4).reshape(levels, batch * heads, 1, queries, points).to(value.dtype)
+    value = value.permute(0, 2, 3, 1).reshape(batch * heads, head_dim, -1)  # (batch * heads, head_dim, keys)
+    output = None
+    for value_level, shape, grid, weight in zip(value.split([h * w for h, w in shapes], dim=-1), shapes, grids,
+                                                weights):
+        sampled = F.grid_sample(value_level.unflatten(-1, shape), grid, mode="bilinear", padding_mode="zeros",
+                                align_corners=False)  # (batch * heads, head_dim, queries, points)
+        level_sum = (sampled * weight).sum(-1)  # (batch * heads, head_dim, queries)
+        output = level_sum if output is None else output + level_sum
     return output.view(batch, heads * head_dim, queries).transpose(1, 2)  # (batch, queries, heads * head_dim)
 
 

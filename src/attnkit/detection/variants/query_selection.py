@@ -49,7 +49,7 @@ def proposal_anchors(levels: FlatLevels) -> tuple[Tensor, Tensor]:
 
 
 class EncoderProposals(nn.Module):
-    """The first stage: a box and class scores per encoder token; `select` keeps the best K boxes."""
+    """The first stage: a box and class scores per encoder token, and the best K boxes."""
 
     def __init__(self, d_model: int, num_classes: int, focal: bool) -> None:
         super().__init__()
@@ -62,22 +62,33 @@ class EncoderProposals(nn.Module):
         nn.init.zeros_(self.bbox_embed.layers[-1].weight)
         nn.init.zeros_(self.bbox_embed.layers[-1].bias)
 
-    def forward(self, memory: Tensor, levels: FlatLevels) -> tuple[Tensor, Tensor, Tensor]:
-        """memory (batch, keys, d_model) -> class logits (batch, keys, classes [+ 1]), boxes (batch, keys, 4)
-        and the selection score (batch, keys), -1 where a key proposes nothing (padding, outside)."""
+    def forward(self, memory: Tensor, levels: FlatLevels,
+                count: int) -> tuple[Tensor, Tensor | None, Tensor, Tensor]:
+        """memory (batch, keys, d_model) -> class logits (batch, keys, classes [+ 1]); every key's box
+        (batch, keys, 4) in training (the first stage's loss reads them), None at inference; the selection
+        score (batch, keys), -1 where a key proposes nothing (padding, outside); and the COUNT best keys'
+        boxes (batch, count, 4), detached: the decoder's first references. At inference only those COUNT
+        boxes are computed."""
         anchors, usable = levels.geometry.derive("token_anchors", lambda: proposal_anchors(levels))
         z = self.output(memory.masked_fill(~usable[..., None], 0))  # (batch, keys, d_model)
         logits = self.class_embed(z)
-        boxes = (self.bbox_embed(z) + anchors).sigmoid()
         probabilities = logits.sigmoid() if self.focal else logits.softmax(-1)[..., :-1]
         score = probabilities.max(-1).values.masked_fill(~usable, -1.0)  # (batch, keys)
-        return logits, boxes, score
+        best = best_keys(score, count)  # (batch, count)
+        if self.training:
+            boxes = (self.bbox_embed(z) + anchors).sigmoid()
+            return logits, boxes, score, take(boxes, best).detach()
+        return logits, None, score, (self.bbox_embed(take(z, best)) + take(anchors, best)).sigmoid()
 
-    @staticmethod
-    def select(boxes: Tensor, score: Tensor, count: int) -> Tensor:
-        """The COUNT best-scoring proposals' boxes (batch, count, 4), detached: the decoder's first references."""
-        index = score.topk(min(count, score.shape[1]), dim=1).indices  # (batch, count)
-        chosen = boxes.detach().gather(1, index[..., None].expand(-1, -1, 4))
-        if chosen.shape[1] < count:  # fewer keys than queries (a tiny image): repeat the best ones
-            chosen = chosen.repeat(1, -(-count // chosen.shape[1]), 1)[:, :count]
-        return chosen
+
+def best_keys(score: Tensor, count: int) -> Tensor:
+    """The COUNT highest-scoring keys (batch, count); with fewer keys than COUNT (a tiny image) the best repeat."""
+    index = score.topk(min(count, score.shape[1]), dim=1).indices
+    if index.shape[1] < count:
+        index = index.repeat(1, -(-count // index.shape[1]))[:, :count]
+    return index
+
+
+def take(values: Tensor, index: Tensor) -> Tensor:
+    """values (batch, keys, dim) at index (batch, count) -> (batch, count, dim)."""
+    return values.gather(1, index[..., None].expand(-1, -1, values.shape[-1]))
