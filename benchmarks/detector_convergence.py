@@ -28,7 +28,8 @@ wise, IoU 0.5, applied after the fact: the detectors are set predictors and are 
 it; a sigmoid detector's AP counts its 100 best (query, class) pairs per image, as Deformable DETR
 evaluates, and is also given with each query's best class only), minutes each run needed to
 reach the faithful DETR's final AP and the ratio to DETR's; and inference images/s of `detr` and
-`fast` (eval mode, batches of 1 and 8, the preset's image size, alternating in one process).
+`fast` (eval mode, alternating in one process: batches of 1 and 8 at the preset's image size, and
+batches of 1 at larger sizes).
 Writes OUT/results.md (the BENCHMARKS.md section), OUT/results.json and plots.
 """
 
@@ -255,13 +256,15 @@ def main() -> None:
     parser.add_argument("--second-dataset-variants", nargs="+", default=["detr", "fast"], choices=list(VARIANTS),
                         help="the runs on `marks` (the ablations run on shapes)")
     parser.add_argument("--speed-images", type=int, default=30)
+    parser.add_argument("--speed-sizes", nargs="*", type=int, default=[192, 384],
+                        help="larger image sizes also timed, at batch 1")
     parser.add_argument("--quick", action="store_true", help="check the script: small data, 0.4 minutes per run")
     args = parser.parse_args()
     from attnkit.detection.shapes import ShapesConfig
 
     shapes, marks_sizes = ShapesConfig(), (1000, 200)
     if args.quick:
-        args.minutes, args.eval_every, args.speed_images = 0.4, 0.2, 3
+        args.minutes, args.eval_every, args.speed_images, args.speed_sizes = 0.4, 0.2, 3, [128]
         args.variants, args.out = ["detr", "fast"], args.out.with_name(args.out.name + "-quick")
         shapes, marks_sizes = ShapesConfig(train_images=48, val_images=16), (48, 16)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -283,12 +286,16 @@ def main() -> None:
         plot = plot_curves(curves, f"{dataset}: AP against training minutes", args.out / f"{dataset}_ap.png")
         report += dataset_table(dataset, curves, finals) + [f"![{dataset}]({plot})", ""]
         results[dataset] = {"curves": curves, "final": finals}
-    speed = {batch: inference_speed(96, args.speed_images, batch) for batch in (1, 8)}
+    # the preset's size at batches of 1 and 8, then larger images, where DETR's full attention grows quadratically
+    settings = [(96, 1), (96, 8)] + [(size, 1) for size in args.speed_sizes]
+    speed = {f"{size}px, batch {batch}": {"size": size, "batch": batch,
+                                          **inference_speed(size, args.speed_images, batch)}
+             for size, batch in settings}
     results["speed"] = speed
-    report += ["### Inference (small preset, 96 x 96 px, eval mode): images/s", "",
-               "| batch | detr | fast | fast / detr |", "| ---: | ---: | ---: | ---: |",
-               *[f"| {b} | {s['detr']:.1f} | {s['fast']:.1f} | {s['fast'] / s['detr']:.2f}x |"
-                 for b, s in speed.items()],
+    report += ["### Inference (small preset, random weights, eval mode): images/s", "",
+               "| image (px) | batch | detr | fast | fast / detr |", "| ---: | ---: | ---: | ---: | ---: |",
+               *[f"| {s['size']} x {s['size']} | {s['batch']} | {s['detr']:.1f} | {s['fast']:.1f} | "
+                 f"{s['fast'] / s['detr']:.2f}x |" for s in speed.values()],
                ""]
     (args.out / "results.json").write_text(json.dumps(results, indent=1))
     (args.out / "results.md").write_text("\n".join(report))

@@ -44,8 +44,8 @@ class DeformableEncoderLayer(nn.Module):
         self.ffn = FeedForward(d_model, dim_feedforward, dropout)
 
     def forward(self, x: Tensor, pos: Tensor, reference: Tensor, shapes: Sequence[tuple[int, int]],
-                padding: Tensor, first: int = 0) -> Tensor:
-        """x, pos: (batch, keys, d_model); reference: (batch, keys, levels, 2); padding: (batch, keys).
+                padding: Tensor | None, first: int = 0) -> Tensor:
+        """x, pos: (batch, keys, d_model); reference: (batch, keys, levels, 2); padding: (batch, keys) or None.
         first: the keys before it are read (as values) but not updated (`variants.lite_encoder`)."""
         query = x[:, first:]  # (batch, updated keys, d_model)
         query = self.norm(query + self.dropout(self.self_attn(query + pos[:, first:], reference[:, first:], x, shapes,
@@ -83,7 +83,7 @@ class DeformableEncoder(nn.Module):
                                            lambda: encoder_reference_points(levels.shapes, levels.valid_ratios))
         first, src = self.first_updated(levels.shapes), levels.src
         for layer in self.layers:
-            src = layer(src, levels.pos, reference, levels.shapes, levels.padding, first)
+            src = layer(src, levels.pos, reference, levels.shapes, levels.key_padding, first)
         return src  # (batch, keys, d_model)
 
     def first_updated(self, shapes: Sequence[tuple[int, int]]) -> int:
@@ -104,7 +104,7 @@ class DeformableDecoderLayer(nn.Module):
         self.ffn = FeedForward(d_model, dim_feedforward, dropout)
 
     def forward(self, x: Tensor, query_pos: Tensor, reference: Tensor, memory: Tensor, pos: Tensor,
-                padding: Tensor, shapes: Sequence[tuple[int, int]], self_mask: Tensor | None) -> Tensor:
+                padding: Tensor | None, shapes: Sequence[tuple[int, int]], self_mask: Tensor | None) -> Tensor:
         """x, query_pos: (batch, queries, d_model); reference: (batch, queries, levels, 2 or 4); memory:
         (batch, keys, d_model); self_mask: (queries, queries) True = not allowed. `pos` is unused: the
         sampling locations carry the positions."""

@@ -67,7 +67,7 @@ class DenseDecoderLayer(nn.Module):
         self.layer = layer
 
     def forward(self, x: Tensor, query_pos: Tensor, reference: Tensor | None, memory: Tensor, pos: Tensor,
-                padding: Tensor, shapes: Sequence[tuple[int, int]], self_mask: Tensor | None) -> Tensor:
+                padding: Tensor | None, shapes: Sequence[tuple[int, int]], self_mask: Tensor | None) -> Tensor:
         return self.layer(x, memory, tgt_mask=self_mask, memory_key_padding_mask=padding, pos=pos,
                           query_pos=query_pos)  # (batch, queries, d_model)
 
@@ -96,21 +96,23 @@ class QueryDecoder(nn.Module):
         hidden, boxes = [], []
         for index, layer in enumerate(self.layers):
             query_pos = self.queries.query_pos(reference, batch, num_queries)  # (batch, queries, d_model)
-            x = layer(x, query_pos, level_reference(reference, levels.valid_ratios), memory, levels.pos,
-                      levels.padding, levels.shapes, self_mask)
+            x = layer(x, query_pos, level_reference(reference, levels), memory, levels.pos, levels.key_padding,
+                      levels.shapes, self_mask)
             hidden.append(self.norm(x))
             boxes.append(self.queries.boxes(index, hidden[-1], reference))
             reference = boxes[-1].detach() if self.queries.refines else reference
         return torch.stack(hidden), torch.stack(boxes)
 
 
-def level_reference(reference: Tensor | None, valid_ratios: Tensor) -> Tensor | None:
+def level_reference(reference: Tensor | None, levels: FlatLevels) -> Tensor | None:
     """Image-normalised references (batch, queries, 2 or 4) -> in each level's padded map
 
     (batch, queries, levels, 2 or 4); None stays None (full attention reads no reference)."""
     if reference is None:
         return None
-    ratios = valid_ratios if reference.shape[-1] == 2 else torch.cat([valid_ratios, valid_ratios], -1)
+    if not levels.geometry.padded:  # every map is the whole image
+        return reference[:, :, None].expand(-1, -1, len(levels.shapes), -1)
+    ratios = levels.valid_ratios if reference.shape[-1] == 2 else torch.cat([levels.valid_ratios] * 2, -1)
     return reference[:, :, None] * ratios[:, None]
 
 

@@ -99,6 +99,6 @@ def sampling_locations(reference: Tensor, offsets: Tensor, shapes: Sequence[tupl
     K (a box reference) -> (batch, queries, heads, levels, points, 2)."""
     if reference.shape[-1] == 2:
         size = torch.tensor([[w, h] for h, w in shapes], dtype=offsets.dtype, device=offsets.device)  # (levels, 2)
-        return reference[:, :, None, :, None, :] + offsets / size[None, None, None, :, None, :]
+        return torch.addcmul(reference[:, :, None, :, None, :], offsets, 1 / size[:, None, :])
     centre, size = reference[:, :, None, :, None, :2], reference[:, :, None, :, None, 2:]
-    return centre + offsets / offsets.shape[-2] * size * 0.5
+    return torch.addcmul(centre, offsets, size * (0.5 / offsets.shape[-2]))

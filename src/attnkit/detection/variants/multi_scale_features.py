@@ -32,6 +32,7 @@ class LevelGeometry:
     padding: Tensor  # (batch, keys) True on padding
     shapes: tuple[tuple[int, int], ...]  # (height, width) of each level, keys = sum of h * w
     valid_ratios: Tensor  # (batch, levels, 2) the unpadded fraction (width, height) of each level's map
+    padded: bool = True  # False: no key is padding (the masks and ratios change nothing, and are skipped)
     derived: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def derive(self, name: str, compute: Callable[[], Any]) -> Any:
@@ -42,12 +43,13 @@ class LevelGeometry:
 
 
 def level_geometry(mask: Tensor, shapes: tuple[tuple[int, int], ...],
-                   position: PositionEmbeddingSine2D) -> LevelGeometry:
-    """mask (batch, H, W) True on padding, the levels' (h, w) -> their geometry."""
+                   position: PositionEmbeddingSine2D, padded: bool = True) -> LevelGeometry:
+    """mask (batch, H, W) True on padding, the levels' (h, w) -> their geometry.
+    padded=False promises that MASK is all False."""
     masks = [F.interpolate(mask[None].float(), size=shape)[0].bool() for shape in shapes]  # (batch, h, w) each
     return LevelGeometry(tuple(position(m, dtype=torch.float32).flatten(2).transpose(1, 2) for m in masks),
                          torch.cat([m.flatten(1) for m in masks], 1), shapes,
-                         torch.stack([valid_ratio(m) for m in masks], 1))
+                         torch.stack([valid_ratio(m) for m in masks], 1), padded)
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,11 @@ class FlatLevels:
     @property
     def padding(self) -> Tensor:
         return self.geometry.padding  # (batch, keys) True on padding
+
+    @property
+    def key_padding(self) -> Tensor | None:
+        """`padding`, or None when no key is padding (attention then masks nothing)."""
+        return self.geometry.padding if self.geometry.padded else None
 
     @property
     def shapes(self) -> tuple[tuple[int, int], ...]:
@@ -96,7 +103,7 @@ class MultiScaleJoiner(nn.Sequential):
         if geometry is None:
             if len(self._kept) >= 8:  # sizes seen lately; an image stream of many sizes does not grow it
                 self._kept.clear()
-            geometry = self._kept[key] = level_geometry(mask, shapes, self[1])
+            geometry = self._kept[key] = level_geometry(mask, shapes, self[1], padded=False)
         return geometry
 
 

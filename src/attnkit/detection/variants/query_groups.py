@@ -28,6 +28,8 @@ def group_attention_mask(groups: int, queries: int, device: torch.device | None 
 
 def split_groups(per_layer: list[dict[str, Tensor]], groups: int) -> list[list[dict[str, Tensor]]]:
     """Per-layer outputs over all groups' queries (batch, groups * queries, ...) -> per group, per layer."""
+    if groups == 1:
+        return [per_layer]
     return [[{key: value.chunk(groups, dim=1)[g] for key, value in layer.items()} for layer in per_layer]
             for g in range(groups)]
 
