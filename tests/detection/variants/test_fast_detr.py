@@ -10,6 +10,7 @@ from attnkit.detection.hungarian_matcher import MatchCost
 from attnkit.detection.postprocess import pairs, postprocess
 from attnkit.detection.set_criterion import LossWeights
 from attnkit.detection.variants.focal_loss import sigmoid_focal_loss, softmax_form
+from attnkit.detection.variants.multi_scale_features import level_geometry
 from attnkit.detection.variants.query_groups import group_attention_mask
 from attnkit.errors import ConfigError
 
@@ -226,3 +227,23 @@ def test_an_unpadded_batch_geometry_is_kept_per_size_and_changes_nothing():
     for _ in range(2):
         criterion(model(small, unpadded[64], targets), targets)["loss"].backward()
     assert len(model.backbone._kept) == 3  # the same size outside inference mode is kept apart
+
+
+def test_an_unpadded_batch_skips_the_masks_and_ratios_and_detects_the_same(monkeypatch):
+    torch.manual_seed(0)
+    model = build_model(_tiny()).eval()
+    images, unpadded = torch.randn(2, 3, 64, 80), torch.zeros(2, 64, 80, dtype=torch.bool)
+    with torch.inference_mode():
+        skipped = model(images, unpadded)
+        levels = model.input_proj(model.backbone(images, unpadded))
+        assert levels.key_padding is None and not levels.geometry.padded
+        _, padded, _ = _inputs()
+        assert model.input_proj(model.backbone(images, padded)).key_padding.equal(level_geometry(
+            padded, levels.shapes, model.backbone[1]).padding)
+        # the same all-False mask through the path that applies masks and ratios
+        monkeypatch.setattr(model.backbone, "geometry", lambda mask, shapes: level_geometry(mask, shapes,
+                                                                                            model.backbone[1]))
+        masked = model(images, unpadded)
+    assert model.input_proj(model.backbone(images, unpadded)).key_padding is not None
+    torch.testing.assert_close(skipped["pred_boxes"], masked["pred_boxes"])
+    torch.testing.assert_close(skipped["pred_logits"], masked["pred_logits"])
