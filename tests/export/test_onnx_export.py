@@ -90,3 +90,38 @@ def test_detect_command_with_onnxruntime(detection_run, detector_export, tmp_pat
 def test_export_refuses_what_is_not_a_run(tmp_path):
     result = CliRunner().invoke(load_commands(), ["export", "onnx", str(tmp_path), "--out", str(tmp_path / "x")])
     assert result.exit_code == 2 and "error:" in result.output
+
+
+def test_fast_detector_exports_and_matches_pytorch_on_a_padded_batch(tmp_path):
+    """`fast` (deformable attention, two-stage, kept geometry) through ONNX Runtime, padding included."""
+    from dataclasses import replace
+
+    import onnxruntime
+
+    from attnkit.detection.architectures import build_model
+    from attnkit.detection.config import DetectionConfig, preset
+    from attnkit.export.detector_graph import DetectorGraph
+    from attnkit.training import RunFolder, save_weights
+
+    model_config, train_config = preset("tiny")
+    config = DetectionConfig(model=replace(model_config, arch="fast", num_classes=2), train=train_config,
+                             preset="tiny", data="explicit", class_names=("disc", "square"), category_ids=(1, 2))
+    run = RunFolder.create(tmp_path / "fast", "detection", config.to_dict())
+    torch.manual_seed(0)
+    model = build_model(config.model).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():  # the zero-started box heads move too
+            parameter.add_(torch.randn_like(parameter) * 0.02)
+    save_weights(run.best_weights, model.state_dict(), {"kind": "detection", "step": 1})
+    export_run(run.path, tmp_path / "onnx")
+    graph = tmp_path / "onnx" / json.loads((tmp_path / "onnx" / MANIFEST).read_text())["graphs"][0]
+    session = onnxruntime.InferenceSession(str(graph))
+    images, mask = torch.randn(2, 3, 64, 96), torch.zeros(2, 64, 96, dtype=torch.bool)
+    sizes = torch.tensor([[64, 96], [40, 60]])
+    for padded in (False, True):
+        mask[1, 40:], mask[1, :, 60:] = padded, padded  # the second image smaller: padded below and right
+        got = session.run(None, {"images": images.numpy(), "mask": mask.numpy(), "image_sizes": sizes.numpy()})
+        with torch.no_grad():
+            expected = DetectorGraph(model)(images, mask, sizes)
+        torch.testing.assert_close(torch.from_numpy(got[0]), expected[0], atol=1e-4, rtol=0)
+        torch.testing.assert_close(torch.from_numpy(got[2]), expected[2], atol=1e-2, rtol=1e-4)

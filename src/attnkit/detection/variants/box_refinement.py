@@ -65,7 +65,7 @@ class AnchorBoxQueries(nn.Module):
         return self.anchors[:queries].sigmoid().unsqueeze(0).expand(batch, -1, -1)  # (batch, queries, 4)
 
     def query_pos(self, reference: Tensor, batch: int = 0, queries: int = 0) -> Tensor:
-        embedding = sine_box_embedding(reference, self.sine_frequencies, self.sine_phases)  # (batch, queries, 2 d_model)
+        embedding = sine_box_embedding(reference, self.sine_frequencies, self.sine_phases)  # (batch, queries, 2d)
         return self.position_head(embedding)  # (batch, queries, d_model)
 
     def boxes(self, layer: int, hidden: Tensor, reference: Tensor) -> Tensor:

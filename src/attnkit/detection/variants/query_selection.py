@@ -78,7 +78,7 @@ class EncoderProposals(nn.Module):
         if self.training:
             boxes = (self.bbox_embed(z) + anchors).sigmoid()
             return logits, boxes, score, take(boxes, best).detach()
-        return logits, None, score, (self.bbox_embed(take(z, best)) + take(anchors, best)).sigmoid()
+        return logits, None, score, (self.bbox_embed(take(z, best)) + take(anchors, best)).sigmoid().detach()
 
 
 def best_keys(score: Tensor, count: int) -> Tensor:
