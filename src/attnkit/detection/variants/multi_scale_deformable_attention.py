@@ -31,7 +31,7 @@ def deformable_sampling(value: Tensor, shapes: Sequence[tuple[int, int]], locati
     batch, _, heads, head_dim = value.shape
     queries, levels, points = locations.shape[1], locations.shape[3], locations.shape[4]
     # laid out level first, each level's block contiguous: grid_sample is 2-3x slower on strided grids or
-    # maps, and a sum over non-adjacent dimensions is slower than a sum per level
+    # maps, and weighting each level's samples before adding the levels avoids stacking them on an inner dimension
     grids = (2 * locations - 1).permute(3, 0, 2, 1, 4, 5).flatten(1, 2)  # (levels, batch * heads, queries, points, 2)
     grids = grids.to(value.dtype, memory_format=torch.contiguous_format)  # grid_sample's [-1, 1] coordinates
     weights = weights.permute(3, 0, 2, 1, 4).reshape(levels, batch * heads, 1, queries, points).to(value.dtype)
