@@ -1,9 +1,11 @@
 import math
 
 import torch
+from torch.testing import assert_close
 
 from attnkit.detection.variants.multi_scale_deformable_attention import (MultiScaleDeformableAttention,
-                                                                         deformable_sampling, sampling_locations)
+                                                                         deformable_sampling, sampling_locations,
+                                                                         short_softmax)
 
 
 def _bilinear(value_map, x, y):
@@ -86,3 +88,17 @@ def test_deformable_sampling_gradients_match_finite_differences():
     locations = torch.rand(1, 2, 2, 2, 2, 2, dtype=torch.float64) * 1.4 - 0.2
     weights = torch.rand(1, 2, 2, 2, 2, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda v, w: deformable_sampling(v, shapes, locations, w), (value, weights))
+
+
+def test_short_softmax_equals_softmax_in_float32_with_its_gradients():
+    logits = (torch.randn(2, 5, 8, 12, dtype=torch.float64) * 30).requires_grad_()  # large: the shift matters
+    expected = torch.softmax(logits, -1)
+    got = short_softmax(logits)
+    assert got.dtype == torch.float32
+    assert_close(got, expected.float())
+    half = logits.detach().bfloat16()
+    assert_close(short_softmax(half), torch.softmax(half.float(), -1))  # bfloat16 logits, float32 weights
+    upstream = torch.randn_like(expected)
+    (grad,) = torch.autograd.grad(got, logits, upstream.float())
+    (expected_grad,) = torch.autograd.grad(expected, logits, upstream)
+    assert_close(grad, expected_grad, rtol=1e-4, atol=1e-5)

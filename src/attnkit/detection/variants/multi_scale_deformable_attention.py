@@ -30,16 +30,19 @@ def deformable_sampling(value: Tensor, shapes: Sequence[tuple[int, int]], locati
     """
     batch, _, heads, head_dim = value.shape
     queries, levels, points = locations.shape[1], locations.shape[3], locations.shape[4]
-    # laid out level first, each level's block contiguous: grid_sample is 2-3x slower on strided grids or
-    # maps, and weighting each level's samples before adding the levels avoids stacking them on an inner dimension
-    grids = (2 * locations - 1).permute(3, 0, 2, 1, 4, 5).flatten(1, 2)  # (levels, batch * heads, queries, points, 2)
-    grids = grids.to(value.dtype, memory_format=torch.contiguous_format)  # grid_sample's [-1, 1] coordinates
-    weights = weights.permute(3, 0, 2, 1, 4).reshape(levels, batch * heads, 1, queries, points).to(value.dtype)
+    # laid out level first and copied contiguous: grid_sample is 2-3x slower on a strided grid or map (and
+    # `.to` does not copy when the dtype already matches), and weighting each level's samples before adding
+    # the levels avoids stacking them on an inner dimension
+    grids = (2 * locations - 1).to(value.dtype).permute(3, 0, 2, 1, 4, 5).flatten(1, 2).contiguous()
+    # grids: (levels, batch * heads, queries, points, 2), grid_sample's [-1, 1] coordinates
+    weights = weights.to(value.dtype).permute(3, 0, 2, 1, 4).reshape(levels, batch * heads, 1, queries, points)
+    weights = weights.contiguous()
     value = value.permute(0, 2, 3, 1).reshape(batch * heads, head_dim, -1)  # (batch * heads, head_dim, keys)
     output = None
     for value_level, shape, grid, weight in zip(value.split([h * w for h, w in shapes], dim=-1), shapes, grids,
                                                 weights):
-        sampled = F.grid_sample(value_level.unflatten(-1, shape), grid, mode="bilinear", padding_mode="zeros",
+        value_level = value_level.unflatten(-1, shape).contiguous()  # (batch * heads, head_dim, height, width)
+        sampled = F.grid_sample(value_level, grid, mode="bilinear", padding_mode="zeros",
                                 align_corners=False)  # (batch * heads, head_dim, queries, points)
         level_sum = (sampled * weight).sum(-1)  # (batch * heads, head_dim, queries)
         output = level_sum if output is None else output + level_sum
@@ -87,10 +90,22 @@ class MultiScaleDeformableAttention(nn.Module):
         value = value.unflatten(-1, (self.num_heads, -1))  # (batch, keys, heads, head_dim)
         offsets = self.sampling_offsets(query).view(batch, queries, self.num_heads, self.num_levels,
                                                     self.num_points, 2)
-        weights = self.attention_weights(query).view(batch, queries, self.num_heads, -1).softmax(-1)
+        weights = short_softmax(self.attention_weights(query).view(batch, queries, self.num_heads, -1))
         weights = weights.view(batch, queries, self.num_heads, self.num_levels, self.num_points)
         locations = sampling_locations(reference, offsets, shapes)
         return self.output_proj(deformable_sampling(value, shapes, locations, weights))
+
+
+def short_softmax(logits: Tensor) -> Tensor:
+    """Softmax over the last dimension, a short one (the L * K points of a head), in float32.
+
+    Written out because PyTorch's CPU softmax kernel is slow on short rows: 0.64 ms against 0.12 ms for
+    720 queries x 8 heads x 12 points, and fwd + bwd 0.58 ms (bfloat16 logits) against 0.75 ms for the
+    kernel in bfloat16 (2 CPU cores). The maximum is subtracted for range, detached as softmax ignores shifts.
+    """
+    logits = logits.float()
+    exp = (logits - logits.detach().amax(-1, keepdim=True)).exp()
+    return exp / exp.sum(-1, keepdim=True)
 
 
 def sampling_locations(reference: Tensor, offsets: Tensor, shapes: Sequence[tuple[int, int]]) -> Tensor:
