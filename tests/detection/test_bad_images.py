@@ -93,3 +93,11 @@ def test_train_stops_at_a_bad_image_or_skips_and_lists_bad_images(tmp_path, coco
     assert skipped["train"]["unreadable_images"] == skipped["val"]["unreadable_images"] == 2
     assert [entry["image_id"] for entry in skipped["train"]["images"]] == [3, 4]
     assert skipped["train"]["images_used"] == 2 and skipped["train"]["unusable_entries"] == 0
+    evaluate = ["eval", "detection", out, "--images", folder, "--annotations", path, "--device", "cpu"]
+    stopped = runner.invoke(load_commands(), [str(a) for a in evaluate])
+    assert stopped.exit_code == 2 and "Traceback" not in stopped.output, stopped.output
+    assert "corrupt.jpg (image id 3)" in stopped.output or "missing.png (image id 4)" in stopped.output
+    result = runner.invoke(load_commands(), [str(a) for a in [*evaluate, "--skip-bad-images", "--json"]])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads(result.stdout.strip().splitlines()[-1])
+    assert (metrics["skipped_images"], metrics["skipped_entries"]) == (2, 0) and 0 <= metrics["AP"] <= 1

@@ -119,9 +119,11 @@ def test_amp_and_accumulate_are_validated_train_fields():
     assert resolve_amp("auto", torch.device("cuda")) == "bf16"
     with pytest.raises(ConfigError, match="amp fp16 needs a CUDA device"):
         resolve_amp("fp16", CPU)
-    check_kept(config, ["train.amp=bf16", "train.accumulate=4", "train.lr=1"])  # the saved values: fine
+    check_kept(config, ["train.amp=bf16", "train.accumulate=4", f"train.lr={config.train.lr}"])  # the saved values
     with pytest.raises(ConfigError, match=r"train.accumulate 4 \(asked: 2\)"):
         check_kept(config, ["train.accumulate=2"])
+    with pytest.raises(ConfigError, match=r"train.lr .* \(asked: 1\)"):  # any key, not only the speed options
+        check_kept(config, ["train.lr=1"])
 
 
 def test_a_run_folder_from_before_amp_and_accumulate_still_loads(detection_run, tmp_path):
@@ -157,3 +159,12 @@ def test_resume_refuses_an_accumulate_other_than_the_runs(detection_run):
     result = invoke("train", "detection", "--out", detection_run, "--resume", "--accumulate", "3", "--device", "cpu")
     assert result.exit_code == 2, result.output
     assert "--resume continues with the run's config.json, which has train.accumulate 1 (asked: 3)" in result.output
+
+
+def test_resume_refuses_a_set_it_would_ignore_and_accepts_the_saved_value(detection_run):
+    before = (detection_run / "config.json").read_bytes()
+    result = invoke("train", "detection", "--out", detection_run, "--resume", "--set", "model.num_queries=7",
+                    "--device", "cpu", "--steps", "1")
+    assert result.exit_code == 2, result.output
+    assert "which has model.num_queries 10 (asked: 7)" in result.output and "Traceback" not in result.output
+    assert (detection_run / "config.json").read_bytes() == before

@@ -246,6 +246,9 @@ def eval_detection(
     batch_size: int = typer.Option(8, "--batch-size", help="Images per forward pass (does not change the result)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     device: str = typer.Option(None, "--device", help="cpu or cuda (default: cuda when available)."),
+    skip_bad_images: bool = typer.Option(False, "--skip-bad-images", help="Decode every image first; leave out "
+                                         "and list the unreadable ones and unusable annotation entries (AP is then "
+                                         "over the rest) instead of stopping."),
 ) -> None:
     """COCO box AP of RUN on a split: AP, AP50, AP75, APs, APm, APl."""
     with user_errors():
@@ -262,9 +265,12 @@ def eval_detection(
         shapes = ShapesConfig(**config.shapes) if config.shapes else ShapesConfig()
         source = data or (config.data if images is None else None)
         dataset = open_split(split_paths(source, split, run, shapes, images, annotations),
-                             eval_transforms(config.train.val_size, config.train.max_size))
+                             eval_transforms(config.train.val_size, config.train.max_size), skip_bad=skip_bad_images)
         check_categories(config, dataset.coco)
         metrics = evaluate_detector(detector.model, dataset, batch_size)
+        if skip_bad_images:
+            metrics |= {"skipped_images": len(dataset.coco.skipped_images),
+                        "skipped_entries": len(dataset.coco.skipped_entries)}
         if as_json:
             print(json.dumps(metrics))
         else:

@@ -201,12 +201,12 @@ def override(config: DetectionConfig, assignments: list[str]) -> DetectionConfig
         raise ConfigError(f"invalid value in {' '.join(assignments)} ({error})") from None
 
 
-def check_kept(config: DetectionConfig, assignments: list[str],
-               names: tuple[str, ...] = ("train.amp", "train.accumulate")) -> None:
-    """ConfigError if ASSIGNMENTS give one of NAMES another value than CONFIG (a resumed run's saved config) has."""
-    asked = override(config, [a for a in assignments if a.partition("=")[0] in names]).to_dict()
-    saved = config.to_dict()
-    changed = [f"{key} {saved[section][name]!r} (asked: {asked[section][name]!r})" for key in names
+def check_kept(config: DetectionConfig, assignments: list[str]) -> None:
+    """ConfigError if ASSIGNMENTS (`--set`, `--amp`, ...) give a key another value than CONFIG (a resumed
+    run's saved config) has: a resumed run keeps its config, and an option it would ignore is refused."""
+    asked, saved = override(config, assignments).to_dict(), config.to_dict()
+    keys = dict.fromkeys(a.partition("=")[0] for a in assignments)
+    changed = [f"{key} {saved[section][name]!r} (asked: {asked[section][name]!r})" for key in keys
                for section, _, name in [key.partition(".")] if asked[section][name] != saved[section][name]]
     if changed:
         raise ConfigError(f"--resume continues with the run's config.json, which has {', '.join(changed)}; "

@@ -167,6 +167,11 @@ def _parse(raw: str) -> Any:
         return raw
 
 
+def _value(values: dict[str, Any], key: str) -> Any:
+    """VALUES' entry for KEY (`model.d_model` reads the model section)."""
+    return values["model"][key[len("model."):]] if key.startswith("model.") else values[key]
+
+
 def _all_keys(values: dict[str, Any]) -> list[str]:
     return [k for k in values if k != "model"] + [f"model.{k}" for k in values["model"]]
 
@@ -179,12 +184,13 @@ def _check_keys(values: dict[str, Any], cls: type, prefix: str) -> None:
                           f"{', '.join(prefix + k for k in unknown)}")
 
 
-def check_kept(config: TranslationConfig, assignments: list[str],
-               names: tuple[str, ...] = ("amp", "accumulate")) -> None:
-    """ConfigError if ASSIGNMENTS give one of NAMES another value than CONFIG (a resumed run's saved config) has."""
-    asked = override(config, [a for a in assignments if a.partition("=")[0] in names])
-    changed = [f"{name} {getattr(config, name)!r} (asked: {getattr(asked, name)!r})" for name in names
-               if getattr(asked, name) != getattr(config, name)]
+def check_kept(config: TranslationConfig, assignments: list[str]) -> None:
+    """ConfigError if ASSIGNMENTS (`--set`, `--amp`, ...) give a key another value than CONFIG (a resumed
+    run's saved config) has: a resumed run keeps its config, and an option it would ignore is refused."""
+    asked, saved = override(config, assignments).to_dict(), config.to_dict()
+    names = dict.fromkeys(a.partition("=")[0] for a in assignments)
+    changed = [f"{name} {_value(saved, name)!r} (asked: {_value(asked, name)!r})" for name in names
+               if _value(asked, name) != _value(saved, name)]
     if changed:
         raise ConfigError(f"--resume continues with the run's config.json, which has {', '.join(changed)}; "
                           "resume without that option, or start a new run (another --out) to change it")
