@@ -22,6 +22,13 @@ class ConfigError(UserError, ValueError):
     """An invalid configuration value (also a ValueError for library callers)."""
 
 
+def resume_refused(changed: list[str]) -> ConfigError:
+    """The error for `--resume` with options that differ from the run's config.json (CHANGED: "key 'saved'
+    (asked: 'given')" each): a resumed run keeps its config, and an option it would ignore is refused."""
+    return ConfigError(f"--resume continues with the run's config.json, which has {', '.join(changed)}; "
+                       "resume without that option, or start a new run (another --out) to change it")
+
+
 class DataError(UserError, ValueError):
     """A data file that cannot be read as promised: names the file and the entry."""
 

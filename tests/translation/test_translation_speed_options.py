@@ -46,5 +46,7 @@ def test_amp_and_accumulate_reach_the_config_and_resume_must_keep_them(tmp_path)
     assert refused.exit_code == 2 and "which has amp 'off' (asked: 'bf16')" in refused.output, refused.output
     refused = invoke(*common, "--steps", "2", "--resume", "--set", "label_smoothing=0.3")  # any key it would ignore
     assert refused.exit_code == 2 and "which has label_smoothing 0.1 (asked: 0.3)" in refused.output, refused.output
+    refused = invoke(*common, "--steps", "2", "--resume", "--arch", "rnn")  # named options too
+    assert refused.exit_code == 2 and "which has arch 'transformer' (asked: 'rnn')" in refused.output, refused.output
     resumed = invoke(*common, "--steps", "2", "--resume", "--accumulate", "2")  # the run's own value: fine
     assert resumed.exit_code == 0 and "at step 2" in resumed.output, resumed.output

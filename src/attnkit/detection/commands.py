@@ -10,7 +10,7 @@ import torch
 import typer
 
 from attnkit.cli import app, data_app, eval_app, train_app
-from attnkit.errors import CheckpointError, ConfigError, DataError, user_errors
+from attnkit.errors import CheckpointError, ConfigError, DataError, resume_refused, user_errors
 
 DATA_HELP = "shapes (built in) or a COCO-layout folder (train2017/, val2017/, annotations/instances_*.json)."
 
@@ -34,7 +34,8 @@ def train_detection(
     annotations: Path = typer.Option(None, "--annotations", help="Training instances_*.json."),
     val_images: Path = typer.Option(None, "--val-images", help="Validation image folder."),
     val_annotations: Path = typer.Option(None, "--val-annotations", help="Validation instances_*.json."),
-    preset: str = typer.Option("small", "--preset", help="small (2 CPU cores), detr-r50 (the paper) or tiny."),
+    preset: str = typer.Option(None, "--preset", help="small (the default; 2 CPU cores), detr-r50 (the paper) or "
+                               "tiny."),
     arch: str = typer.Option(None, "--arch", help="Detector architecture: fast (the small preset's) or detr (the paper's; the other presets')."),
     backbone_weights: Path = typer.Option(None, "--backbone-weights",
                                           help="Local pretrained torchvision ResNet weights (.pth or .safetensors)."),
@@ -83,7 +84,7 @@ def train_detection(
         distributed.finish()
 
 
-def train(out: Path, data: str | None, budget, preset_name: str = "small", assignments: list[str] = (),
+def train(out: Path, data: str | None, budget, preset_name: str | None = None, assignments: list[str] = (),
           shapes=None, train_paths=(None, None), val_paths=(None, None), backbone_weights: Path | None = None,
           eval_every_minutes: float = 2.0, resume: bool = False, device: torch.device = torch.device("cpu"),
           progress: bool = True, workers: int | None = None, init: Path | None = None,
@@ -197,7 +198,7 @@ def _document(config, out: Path, resume: bool, start) -> dict:
     return {**config.to_dict(), **({"init_from": str(start.path)} if start is not None else {})}
 
 
-def _resolve_config(out: Path, resume: bool, preset_name: str, assignments: list[str], data: str | None,
+def _resolve_config(out: Path, resume: bool, preset_name: str | None, assignments: list[str], data: str | None,
                     train_paths, shapes, backbone_weights: Path | None, init: Path | None = None,
                     skip_bad: bool = False):
     from attnkit.detection.config import DetectionConfig, override, preset
@@ -209,7 +210,10 @@ def _resolve_config(out: Path, resume: bool, preset_name: str, assignments: list
     if resume and (out / "config.json").is_file():
         config = DetectionConfig.from_dict(RunFolder.open(out, "detection").config)
         print(f"preset: {config.preset} (from {out / 'config.json'})")
+        if preset_name not in (None, config.preset):
+            raise resume_refused([f"preset {config.preset!r} (asked: {preset_name!r})"])
         return config
+    preset_name = preset_name or "small"
     model, train = preset(preset_name)
     if init is not None:  # the architecture and sizes of the run fine-tuned from; `--set model.*` still applies
         model = DetectionConfig.from_dict(RunFolder.open(Path(init), "detection").config).model

@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
-from attnkit.errors import ConfigError
+from attnkit.errors import ConfigError, resume_refused
 
 BACKBONES = ("resnet18", "resnet34", "resnet50", "resnet101")
 
@@ -209,5 +209,4 @@ def check_kept(config: DetectionConfig, assignments: list[str]) -> None:
     changed = [f"{key} {saved[section][name]!r} (asked: {asked[section][name]!r})" for key in keys
                for section, _, name in [key.partition(".")] if asked[section][name] != saved[section][name]]
     if changed:
-        raise ConfigError(f"--resume continues with the run's config.json, which has {', '.join(changed)}; "
-                          "resume without that option, or start a new run (another --out) to change it")
+        raise resume_refused(changed)

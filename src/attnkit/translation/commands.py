@@ -11,7 +11,7 @@ import torch
 import typer
 
 from attnkit.cli import app, data_app, eval_app, train_app
-from attnkit.errors import ConfigError, user_errors
+from attnkit.errors import ConfigError, resume_refused, user_errors
 
 DATA_HELP = "Built-in dataset (numbers:de) or a folder with train.*, valid.* (and test.*): .tsv, .jsonl or SRC/TGT files."
 
@@ -24,7 +24,7 @@ def train_translation(
     valid: Path = typer.Option(None, "--valid", help="Validation split file."),
     test: Path = typer.Option(None, "--test", help="Test split file, scored at the end."),
     preset: str = typer.Option(None, "--preset", help="tiny, small or base (default: tiny on a CPU, base on a GPU)."),
-    arch: str = typer.Option("transformer", "--arch", help="transformer, or rnn: the RNN encoder-decoder with "
+    arch: str = typer.Option(None, "--arch", help="transformer (the default), or rnn: the RNN encoder-decoder with "
                              "additive attention (Bahdanau et al. 2015) with the preset's parameter count."),
     source_lang: str = typer.Option(None, "--source-lang", help="Source language code (JSON lines, aligned files)."),
     target_lang: str = typer.Option(None, "--target-lang", help="Target language code."),
@@ -148,25 +148,28 @@ def _device(name: str | None) -> torch.device:
 
 
 def _resolve_config(out: Path, preset_name: str | None, assignments: list[str], source_lang: str | None,
-                    target_lang: str | None, resume: bool, device: torch.device, arch: str = "transformer"):
+                    target_lang: str | None, resume: bool, device: torch.device, arch: str | None = None):
     from attnkit.translation.config import (TranslationConfig, check_kept, default_preset_name, override, preset,
                                             with_architecture)
 
+    languages = [f"source_lang={json.dumps(source_lang)}"] if source_lang else []
+    languages += [f"target_lang={json.dumps(target_lang)}"] if target_lang else []
     if resume and (out / "config.json").is_file():
         from attnkit.training import RunFolder
 
         config = TranslationConfig.from_dict(RunFolder.open(out, "translation").config)
         print(f"preset: {config.preset} (from {out / 'config.json'})")
-        check_kept(config, list(assignments))  # --amp / --accumulate may not silently differ from config.json
+        if arch not in (None, config.arch):
+            raise resume_refused([f"arch {config.arch!r} (asked: {arch!r})"])
+        named = [f"preset={preset_name}"] if preset_name else []
+        check_kept(config, named + languages + list(assignments))  # no option may silently differ from config.json
         return config
     if preset_name is None:
         preset_name = default_preset_name(device.type == "cuda")
         print(f"preset: {preset_name} (the default on this machine, {device.type}; choose with --preset)")
     else:
         print(f"preset: {preset_name}")
-    languages = [f"source_lang={json.dumps(source_lang)}"] if source_lang else []
-    languages += [f"target_lang={json.dumps(target_lang)}"] if target_lang else []
-    config = override(with_architecture(preset(preset_name), arch), languages + list(assignments))
+    config = override(with_architecture(preset(preset_name), arch or "transformer"), languages + list(assignments))
     if assignments:
         print(f"overrides: {', '.join(assignments)}")
     return config

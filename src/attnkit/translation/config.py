@@ -19,7 +19,7 @@ from typing import Any, Literal
 from torch import nn
 
 from attnkit.baselines.bahdanau_rnn import BahdanauRNN, BahdanauRNNConfig, match_transformer
-from attnkit.errors import ConfigError
+from attnkit.errors import ConfigError, resume_refused
 from attnkit.translation.model import Seq2SeqConfig, Seq2SeqTransformer
 
 PRESET_NAMES = ("tiny", "small", "base")
@@ -192,5 +192,4 @@ def check_kept(config: TranslationConfig, assignments: list[str]) -> None:
     changed = [f"{name} {_value(saved, name)!r} (asked: {_value(asked, name)!r})" for name in names
                if _value(asked, name) != _value(saved, name)]
     if changed:
-        raise ConfigError(f"--resume continues with the run's config.json, which has {', '.join(changed)}; "
-                          "resume without that option, or start a new run (another --out) to change it")
+        raise resume_refused(changed)
