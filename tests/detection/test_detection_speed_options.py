@@ -1,4 +1,5 @@
-"""Detection's speed options change no results beyond floating-point tolerance: accumulate, amp, channels-last."""
+"""Detection's speed options change no results beyond floating-point tolerance: accumulate, amp; and the
+backbone's channels-last weights."""
 
 from __future__ import annotations
 
@@ -92,19 +93,22 @@ def test_bf16_autocast_trains_with_finite_losses(tmp_path, four_images):
     assert len(losses) == 2 and all(torch.isfinite(torch.tensor(losses)))
 
 
-def test_channels_last_gives_the_contiguous_outputs_and_losses(four_images):
+def test_channels_last_backbone_weights_give_the_contiguous_losses(four_images):
+    channels_last = DetectionTask(tiny_config(batch_size=2), four_images, None)
     contiguous = DetectionTask(tiny_config(batch_size=2), four_images, None)
-    channels_last = DetectionTask(tiny_config(batch_size=2), four_images, None, channels_last=True)
-    conv = channels_last.model.backbone[0].body.conv1.weight
-    assert conv.is_contiguous(memory_format=torch.channels_last) and not conv.is_contiguous()
-    ref = contiguous.batches(0)[0]
-    assert_close(channels_last.train_step(ref)["loss"], contiguous.train_step(ref)["loss"], rtol=1e-5, atol=1e-5)
-    images, mask, _ = contiguous.load(ref)
-    with torch.no_grad():
-        expected = contiguous.model.eval()(images, mask)
-        actual = channels_last.model.eval()(images.contiguous(memory_format=torch.channels_last), mask)
-    for key in ("pred_logits", "pred_boxes"):
-        assert_close(actual[key], expected[key], rtol=1e-5, atol=1e-5)
+    contiguous.model.backbone.to(memory_format=torch.contiguous_format)  # in place: the optimizer's parameters
+    assert channels_last.model.backbone[0].body.conv1.weight.is_contiguous(memory_format=torch.channels_last)
+    assert contiguous.model.backbone[0].body.conv1.weight.is_contiguous()
+    for ref in contiguous.batches(0)[:2]:  # two steps: the update keeps each layout and the same values
+        losses = [task.train_step(ref)["loss"] for task in (channels_last, contiguous)]
+        assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-5)
+        for task, loss in zip((channels_last, contiguous), losses):
+            loss.backward()
+            task.optimizer.step()
+            task.optimizer.zero_grad()
+    weight = channels_last.model.backbone[0].body.layer1[0].conv1.weight
+    assert weight.is_contiguous(memory_format=torch.channels_last)
+    assert_close(weight, contiguous.model.backbone[0].body.layer1[0].conv1.weight, rtol=1e-5, atol=1e-6)
 
 
 def test_amp_and_accumulate_are_validated_train_fields():

@@ -73,6 +73,22 @@ def test_pretrained_backbone_file_is_loaded_with_frozen_batchnorm(tmp_path):
     torch.testing.assert_close(backbone(images), expected)
 
 
+def test_channels_last_weights_compute_the_same_and_save_contiguous(tmp_path):
+    from attnkit.training.checkpoint import load_weights, save_weights
+
+    torch.manual_seed(0)
+    model = build_model(replace(preset("tiny")[0], num_classes=2)).eval()
+    weight = model.backbone[0].body.layer4[0].conv1.weight
+    assert weight.is_contiguous(memory_format=torch.channels_last) and not weight.is_contiguous()
+    images, mask = torch.randn(2, 3, 64, 64), torch.zeros(2, 64, 64, dtype=torch.bool)
+    plain = build_model(replace(preset("tiny")[0], num_classes=2)).eval()
+    plain.backbone[0].body.to(memory_format=torch.contiguous_format)
+    save_weights(tmp_path / "w.safetensors", model.state_dict())
+    load_weights(tmp_path / "w.safetensors", plain)  # written contiguous, read into either layout
+    with torch.no_grad():
+        torch.testing.assert_close(plain(images, mask)["pred_boxes"], model(images, mask)["pred_boxes"])
+
+
 def test_bad_backbone_files_and_configs_are_user_errors(tmp_path):
     (tmp_path / "junk.pth").write_bytes(b"junk")
     with pytest.raises(CheckpointError, match="junk.pth"):

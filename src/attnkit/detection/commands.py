@@ -60,8 +60,6 @@ def train_detection(
                                    "--set train.accumulate=N."),
     compile_: bool = typer.Option(False, "--compile", help="Train through torch.compile (the first step compiles; "
                                   "weights are saved as without it)."),
-    channels_last: bool = typer.Option(False, "--channels-last", help="Backbone and images in channels-last memory "
-                                       "format (faster convolutions on recent GPUs; same results)."),
     skip_bad_images: bool = typer.Option(False, "--skip-bad-images", help="Decode every image first; skip and list "
                                          "the unreadable ones and unusable annotation entries instead of stopping."),
 ) -> None:
@@ -80,7 +78,7 @@ def train_detection(
             ([f"train.accumulate={accumulate}"] if accumulate is not None else [])
         train(out, data, budget, preset, assignments, shapes, (images, annotations), (val_images, val_annotations),
               backbone_weights, eval_every_minutes, resume, _device(device), workers=workers, init=init,
-              skip_bad_images=skip_bad_images, compile=compile_, channels_last=channels_last)
+              skip_bad_images=skip_bad_images, compile=compile_)
         distributed.finish()
 
 
@@ -88,14 +86,14 @@ def train(out: Path, data: str | None, budget, preset_name: str | None = None, a
           shapes=None, train_paths=(None, None), val_paths=(None, None), backbone_weights: Path | None = None,
           eval_every_minutes: float = 2.0, resume: bool = False, device: torch.device = torch.device("cpu"),
           progress: bool = True, workers: int | None = None, init: Path | None = None,
-          skip_bad_images: bool = False, compile: bool = False, channels_last: bool = False):
+          skip_bad_images: bool = False, compile: bool = False):
     """Resolve the config and the data, create (or reopen) the run folder and train; returns the Trainer's result.
 
     init: a detection run to start from (`attnkit.interop.finetune`): its model config and weights, the
     class head re-initialised for another number of classes; ignored on resume (the run's own state is).
     skip_bad_images: leave out unreadable images and unusable annotation entries of both splits, list
     them (`attnkit.detection.bad_images`) and write them to RUN/skipped.json, instead of stopping.
-    compile, channels_last: train through torch.compile; backbone and images in channels-last memory format.
+    compile: train through torch.compile.
     """
     from attnkit.detection.bad_images import skipped_summary, write_skipped
     from attnkit.detection.shapes import ShapesConfig
@@ -130,12 +128,11 @@ def train(out: Path, data: str | None, budget, preset_name: str | None = None, a
     if skip_bad_images and distributed.is_main():
         write_skipped(run.path / "skipped.json", {"train": train_set, "val": val_set})
     task = DetectionTask(config, train_set, val_set, device, backbone_weights if not resume else None,
-                         workers=workers, init=start.tensors if start is not None else None,
-                         channels_last=channels_last)
+                         workers=workers, init=start.tensors if start is not None else None)
     parameters = sum(p.numel() for p in task.model.parameters())
     print(f"model: {config.model.arch} {config.model.backbone}, {parameters / 1e6:.1f}M parameters, "
           f"{config.model.num_classes} classes, {config.model.num_queries} queries, on {device}"
-          f"{_speed_options(loop, channels_last)}")
+          f"{_speed_options(loop)}")
     if start is not None:
         head = (f"class head re-initialised for {config.model.num_classes} classes" if start.reinitialised
                 else "class head kept (same number of classes)")
@@ -150,11 +147,11 @@ def train(out: Path, data: str | None, budget, preset_name: str | None = None, a
     return result
 
 
-def _speed_options(loop, channels_last: bool) -> str:
-    """", bf16 autocast, 2 batches per step, torch.compile, channels-last": what the model line adds."""
+def _speed_options(loop) -> str:
+    """", bf16 autocast, 2 batches per step, torch.compile": what the model line adds."""
     options = [f"{loop.amp} autocast"] if loop.amp != "off" else []
     options += [f"{loop.accumulate} batches per step"] if loop.accumulate > 1 else []
-    options += (["torch.compile"] if loop.compile else []) + (["channels-last"] if channels_last else [])
+    options += ["torch.compile"] if loop.compile else []
     return "".join(f", {option}" for option in options)
 
 

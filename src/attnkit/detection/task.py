@@ -100,14 +100,8 @@ class DetectionTask:
 
     def __init__(self, config: DetectionConfig, train_set: CocoDetection, val_set: CocoDetection | None,
                  device: torch.device | str = "cpu", backbone_weights: Path | None = None,
-                 eval_batch_size: int = 8, workers: int = 0, init: dict[str, Tensor] | None = None,
-                 channels_last: bool = False) -> None:
-        """init: initial weights to load over the fresh model (`attnkit.interop.finetune.init_weights`'s tensors).
-
-        channels_last: the backbone's weights and the training images in channels-last memory format
-        (batch, height, width, channels in memory; the same shapes and values), which convolutions on
-        recent GPUs run faster.
-        """
+                 eval_batch_size: int = 8, workers: int = 0, init: dict[str, Tensor] | None = None) -> None:
+        """init: initial weights to load over the fresh model (`attnkit.interop.finetune.init_weights`'s tensors)."""
         self.config, self.train_set, self.val_set, self.workers = config, train_set, val_set, workers
         self._stream, self._next = None, None  # the read-ahead DataLoader and the batch it yields next
         self.device, self.eval_batch_size = torch.device(device), eval_batch_size
@@ -116,9 +110,6 @@ class DetectionTask:
         if init is not None:  # fine-tuning: every tensor but those left out (a resized class head)
             self.model.load_state_dict(init, strict=False)
         self.model = self.model.to(self.device)
-        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
-        if channels_last:
-            self.model.backbone.to(memory_format=torch.channels_last)  # in place: the optimizer's parameters
         self.train_model = distributed.wrap(self.model)  # DDP under torchrun: averages gradients across processes
         self.criterion = criterion_of(config).to(self.device)
         train = config.train
@@ -153,7 +144,7 @@ class DetectionTask:
 
     def train_step(self, batch: BatchRef) -> dict[str, Any]:
         images, mask, targets = self.load(batch)
-        images = images.to(self.device, non_blocking=True, memory_format=self.memory_format)
+        images = images.to(self.device, non_blocking=True)
         mask = mask.to(self.device, non_blocking=True)
         targets = [{"labels": t["labels"].to(self.device), "boxes": t["boxes"].to(self.device)} for t in targets]
         losses = self.criterion(self.train_model(images, mask, targets), targets)
