@@ -43,6 +43,23 @@ def test_resume_continues_the_run(tiny_run, tmp_path):
     assert "at step 3" in result.output
 
 
+def test_a_resumed_run_ends_with_the_uninterrupted_runs_weights(tmp_path):
+    # the backbone's weights are channels-last; the saved optimizer moments are contiguous and must be laid
+    # out like them again, or fused AdamW pairs each weight with another element's moments
+    from attnkit.training.checkpoint import read_weights
+
+    whole, halves = tmp_path / "whole", tmp_path / "halves"
+    common = ["train", "detection", "--data", "shapes", *TINY, "--set", "train.lr_drop=1"]  # no budget-relative drop
+    assert invoke(*common, "--out", whole, "--steps", "4").exit_code == 0
+    assert invoke(*common, "--out", halves, "--steps", "2").exit_code == 0
+    resumed = invoke(*common, "--out", halves, "--steps", "4", "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    expected, _ = read_weights(whole / "weights" / "last.safetensors")
+    actual, _ = read_weights(halves / "weights" / "last.safetensors")
+    for name, tensor in expected.items():
+        torch.testing.assert_close(actual[name], tensor, rtol=0, atol=1e-6, msg=name)
+
+
 def test_eval_prints_one_json_object(tiny_run):
     result = runner.invoke(load_commands(), ["eval", "detection", str(tiny_run), "--json"])
     assert result.exit_code == 0, result.output

@@ -606,6 +606,7 @@ class Trainer:
         check_state_dict(saved["model"], task.model, source=str(path))
         task.model.load_state_dict(saved["model"])
         _load_component(task.optimizer, saved["optimizer"], "optimizer", path)
+        lay_out_like_parameters(task.optimizer)
         if task.scheduler is not None and saved["scheduler"] is not None:
             _load_component(task.scheduler, saved["scheduler"], "learning-rate scheduler", path)
         if self.scaler is not None and saved["scaler"] is not None:
@@ -657,6 +658,20 @@ def _from_compiler(error: Exception) -> bool:
 
     return isinstance(error, TorchDynamoException) or type(error).__module__.startswith(
         ("torch._dynamo", "torch._inductor", "torch._functorch"))
+
+
+def lay_out_like_parameters(optimizer: torch.optim.Optimizer) -> None:
+    """Give each per-parameter state tensor (Adam's moments) its parameter's memory layout again.
+
+    Training states are written contiguous, and `load_state_dict` keeps that layout; for a
+    channels-last parameter (the detection backbone's weights) the moments would then be laid out
+    differently from the parameter and its gradient, and fused optimizer kernels, which pair elements by
+    memory position, would update each weight with another element's moments."""
+    for parameter, state in optimizer.state.items():
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor) and value.shape == parameter.shape and \
+                    value.stride() != parameter.stride():
+                state[key] = torch.empty_like(parameter, dtype=value.dtype).copy_(value)
 
 
 def _load_component(component: Any, state_dict: dict[str, Any], what: str, path: Any) -> None:
