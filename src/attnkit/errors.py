@@ -8,8 +8,9 @@ stderr and exits with code 2, without a traceback. Programming errors stay excep
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
 USER_ERROR_EXIT_CODE = 2
 
@@ -22,11 +23,20 @@ class ConfigError(UserError, ValueError):
     """An invalid configuration value (also a ValueError for library callers)."""
 
 
-def resume_refused(changed: list[str]) -> ConfigError:
-    """The error for `--resume` with options that differ from the run's config.json (CHANGED: "key 'saved'
-    (asked: 'given')" each): a resumed run keeps its config, and an option it would ignore is refused."""
-    return ConfigError(f"--resume continues with the run's config.json, which has {', '.join(changed)}; "
-                       "resume without that option, or start a new run (another --out) to change it")
+def refuse_changes(saved: Mapping[str, Any], asked: Mapping[str, Any], keys: Iterable[str]) -> None:
+    """ConfigError naming each KEY (dotted: `train.lr` reads `saved["train"]["lr"]`) whose ASKED value differs
+    from the SAVED one, a resumed run's config.json: a resumed run keeps its config, and an option it would
+    ignore is refused rather than dropped."""
+    def value(values: Mapping[str, Any], key: str) -> Any:
+        for part in key.split("."):
+            values = values[part]
+        return values
+
+    changed = [f"{key} {value(saved, key)!r} (asked: {value(asked, key)!r})" for key in dict.fromkeys(keys)
+               if value(asked, key) != value(saved, key)]
+    if changed:
+        raise ConfigError(f"--resume continues with the run's config.json, which has {', '.join(changed)}; "
+                          "resume without that option, or start a new run (another --out) to change it")
 
 
 class DataError(UserError, ValueError):

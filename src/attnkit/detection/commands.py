@@ -10,7 +10,7 @@ import torch
 import typer
 
 from attnkit.cli import app, data_app, eval_app, train_app
-from attnkit.errors import CheckpointError, ConfigError, DataError, resume_refused, user_errors
+from attnkit.errors import CheckpointError, ConfigError, DataError, refuse_changes, user_errors
 
 DATA_HELP = "shapes (built in) or a COCO-layout folder (train2017/, val2017/, annotations/instances_*.json)."
 
@@ -207,8 +207,7 @@ def _resolve_config(out: Path, resume: bool, preset_name: str | None, assignment
     if resume and (out / "config.json").is_file():
         config = DetectionConfig.from_dict(RunFolder.open(out, "detection").config)
         print(f"preset: {config.preset} (from {out / 'config.json'})")
-        if preset_name not in (None, config.preset):
-            raise resume_refused([f"preset {config.preset!r} (asked: {preset_name!r})"])
+        refuse_changes(config.to_dict(), {"preset": preset_name}, ["preset"] if preset_name else [])
         return config
     preset_name = preset_name or "small"
     model, train = preset(preset_name)

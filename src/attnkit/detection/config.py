@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
-from attnkit.errors import ConfigError, resume_refused
+from attnkit.errors import ConfigError, refuse_changes
 
 BACKBONES = ("resnet18", "resnet34", "resnet50", "resnet101")
 
@@ -203,10 +203,6 @@ def override(config: DetectionConfig, assignments: list[str]) -> DetectionConfig
 
 def check_kept(config: DetectionConfig, assignments: list[str]) -> None:
     """ConfigError if ASSIGNMENTS (`--set`, `--amp`, ...) give a key another value than CONFIG (a resumed
-    run's saved config) has: a resumed run keeps its config, and an option it would ignore is refused."""
-    asked, saved = override(config, assignments).to_dict(), config.to_dict()
-    keys = dict.fromkeys(a.partition("=")[0] for a in assignments)
-    changed = [f"{key} {saved[section][name]!r} (asked: {asked[section][name]!r})" for key in keys
-               for section, _, name in [key.partition(".")] if asked[section][name] != saved[section][name]]
-    if changed:
-        raise resume_refused(changed)
+    run's saved config) has."""
+    keys = [assignment.partition("=")[0] for assignment in assignments]
+    refuse_changes(config.to_dict(), override(config, assignments).to_dict(), keys)

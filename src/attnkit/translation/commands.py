@@ -11,7 +11,7 @@ import torch
 import typer
 
 from attnkit.cli import app, data_app, eval_app, train_app
-from attnkit.errors import ConfigError, resume_refused, user_errors
+from attnkit.errors import ConfigError, refuse_changes, user_errors
 
 DATA_HELP = "Built-in dataset (numbers:de) or a folder with train.*, valid.* (and test.*): .tsv, .jsonl or SRC/TGT files."
 
@@ -159,8 +159,7 @@ def _resolve_config(out: Path, preset_name: str | None, assignments: list[str], 
 
         config = TranslationConfig.from_dict(RunFolder.open(out, "translation").config)
         print(f"preset: {config.preset} (from {out / 'config.json'})")
-        if arch not in (None, config.arch):
-            raise resume_refused([f"arch {config.arch!r} (asked: {arch!r})"])
+        refuse_changes(config.to_dict(), {"arch": arch}, ["arch"] if arch else [])  # not an override: sizes change
         named = [f"preset={preset_name}"] if preset_name else []
         check_kept(config, named + languages + list(assignments))  # no option may silently differ from config.json
         return config

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from torch import nn
 
 from attnkit.baselines.bahdanau_rnn import BahdanauRNN, BahdanauRNNConfig, match_transformer
-from attnkit.errors import ConfigError, resume_refused
+from attnkit.errors import ConfigError, refuse_changes
 from attnkit.translation.model import Seq2SeqConfig, Seq2SeqTransformer
 
 PRESET_NAMES = ("tiny", "small", "base")
@@ -167,11 +167,6 @@ def _parse(raw: str) -> Any:
         return raw
 
 
-def _value(values: dict[str, Any], key: str) -> Any:
-    """VALUES' entry for KEY (`model.d_model` reads the model section)."""
-    return values["model"][key[len("model."):]] if key.startswith("model.") else values[key]
-
-
 def _all_keys(values: dict[str, Any]) -> list[str]:
     return [k for k in values if k != "model"] + [f"model.{k}" for k in values["model"]]
 
@@ -186,10 +181,6 @@ def _check_keys(values: dict[str, Any], cls: type, prefix: str) -> None:
 
 def check_kept(config: TranslationConfig, assignments: list[str]) -> None:
     """ConfigError if ASSIGNMENTS (`--set`, `--amp`, ...) give a key another value than CONFIG (a resumed
-    run's saved config) has: a resumed run keeps its config, and an option it would ignore is refused."""
-    asked, saved = override(config, assignments).to_dict(), config.to_dict()
-    names = dict.fromkeys(a.partition("=")[0] for a in assignments)
-    changed = [f"{name} {_value(saved, name)!r} (asked: {_value(asked, name)!r})" for name in names
-               if _value(asked, name) != _value(saved, name)]
-    if changed:
-        raise resume_refused(changed)
+    run's saved config) has."""
+    keys = [assignment.partition("=")[0] for assignment in assignments]
+    refuse_changes(config.to_dict(), override(config, assignments).to_dict(), keys)
