@@ -1,0 +1,100 @@
+"""Detector inference speed: the backbone's weight layout, and `fast` against DETR at a preset's size.
+
+    .venv/bin/python benchmarks/detector_inference.py            # both parts, on a quiet machine
+    .venv/bin/python benchmarks/detector_inference.py --quick    # small sizes, few repeats: checks the script
+
+Part 1, layout: each detector as built (convolution weights channels-last, `attnkit.detection.backbone`)
+against a copy whose backbone weights are made contiguous (NCHW), alternating call by call in one
+process, eval mode under `torch.inference_mode`, random weights; then a training step (forward,
+loss-like sum, backward; bf16 autocast, batch 4, 96 px) in both layouts.
+Part 2, `fast` / DETR: both built from one preset (default `detr-r50`, the paper's size) at one image
+size, alternating. Medians after a warm-up call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import time
+from dataclasses import replace
+
+import torch
+
+from attnkit.detection.architectures import build_model
+from attnkit.detection.config import preset
+
+
+def nchw_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """MODEL with its backbone's weights contiguous (the layout before they were stored channels-last)."""
+    other = copy.deepcopy(model)
+    other.backbone[0].body.to(memory_format=torch.contiguous_format)
+    return other
+
+
+def median_ms(models: dict[str, torch.nn.Module], call, repeats: int) -> dict[str, float]:
+    """Median milliseconds of CALL(model) for each model, alternating, after one warm-up call each."""
+    times: dict[str, list[float]] = {name: [] for name in models}
+    for round_ in range(repeats + 1):
+        for name, model in models.items():
+            started = time.perf_counter()
+            call(model)
+            if round_:
+                times[name].append(1000 * (time.perf_counter() - started))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def inference_ms(models: dict[str, torch.nn.Module], size: int, batch: int, repeats: int) -> dict[str, float]:
+    images, mask = torch.randn(batch, 3, size, size), torch.zeros(batch, size, size, dtype=torch.bool)
+    with torch.inference_mode():
+        return median_ms({name: model.eval() for name, model in models.items()}, lambda m: m(images, mask), repeats)
+
+
+def training_step_ms(models: dict[str, torch.nn.Module], repeats: int) -> dict[str, float]:
+    images, mask = torch.randn(4, 3, 96, 96), torch.zeros(4, 96, 96, dtype=torch.bool)
+
+    def step(model: torch.nn.Module) -> None:
+        with torch.autocast("cpu", torch.bfloat16):
+            out = model(images, mask)
+        (out["pred_boxes"].float().sum() + out["pred_logits"].float().logsumexp(-1).sum()).backward()
+
+    return median_ms({name: model.train() for name, model in models.items()}, step, repeats)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--paper-preset", default="detr-r50", help="preset of part 2 (and of the last layout row)")
+    parser.add_argument("--paper-size", type=int, default=800)
+    parser.add_argument("--paper-repeats", type=int, default=4)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    if args.quick:
+        args.repeats, args.paper_preset, args.paper_size, args.paper_repeats = 2, "small", 128, 1
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads\n")
+    small = replace(preset("small")[0], num_classes=5)
+    paper = preset(args.paper_preset)[0]
+    print("| model, image, batch | NCHW weights ms | channels-last ms | speed-up |\n| --- | ---: | ---: | ---: |")
+    rows = [(arch, small, "small", size, batch, args.repeats) for size, batch in ((96, 1), (96, 8), (384, 1))
+            for arch in ("detr", "fast")] + [("detr", paper, args.paper_preset, args.paper_size, 1, args.paper_repeats)]
+    for arch, config, name, size, batch, repeats in rows:
+        model = build_model(replace(config, arch=arch))
+        ms = inference_ms({"nchw": nchw_copy(model), "cl": model}, size, batch, repeats)
+        print(f"| {arch} `{name}`, {size} px, {batch} | {ms['nchw']:.1f} | {ms['cl']:.1f} | "
+              f"{ms['nchw'] / ms['cl']:.2f}x |", flush=True)
+    print("\ntraining step (bf16 autocast, batch 4, 96 px), ms: NCHW weights / channels-last")
+    for arch in ("detr", "fast"):
+        torch.manual_seed(0)
+        model = build_model(replace(small, arch=arch))
+        ms = training_step_ms({"nchw": nchw_copy(model), "cl": model}, args.repeats)
+        print(f"  {arch}: {ms['nchw']:.1f} / {ms['cl']:.1f}", flush=True)
+    models = {arch: build_model(replace(paper, arch=arch)) for arch in ("detr", "fast")}
+    ms = inference_ms(models, args.paper_size, 1, args.paper_repeats)
+    parameters = {arch: sum(p.numel() for p in m.parameters()) / 1e6 for arch, m in models.items()}
+    print(f"\n`{args.paper_preset}` preset, {args.paper_size} px, batch 1: DETR {ms['detr'] / 1000:.2f} s "
+          f"({parameters['detr']:.1f}M parameters), fast {ms['fast'] / 1000:.2f} s ({parameters['fast']:.1f}M): "
+          f"fast / DETR speed {ms['detr'] / ms['fast']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
