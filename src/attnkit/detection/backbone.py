@@ -39,9 +39,9 @@ class Backbone(nn.Module):
             for parameter_name, parameter in resnet.named_parameters():
                 if not parameter_name.startswith(("layer2", "layer3", "layer4")):
                     parameter.requires_grad_(False)
-        # convolution weights stored channels-last: oneDNN then skips re-laying them out on every call
-        # (a ResNet-18 at 96 px, batch 1, CPU: 14.1 -> 9.0 ms; batch 8 the same or faster; the recommended
-        # layout for GPU convolutions too). Inputs stay as given; saved weights are written contiguous.
+        # convolution weights stored channels-last: oneDNN then skips re-laying them out on every call (batch-1
+        # inference 1.3-1.4x faster on a CPU, BENCHMARKS.md "Backbone layout"; the layout GPU convolutions prefer
+        # too). Inputs stay as given; saved weights are written contiguous.
         self.body = IntermediateLayerGetter(resnet, return_layers={"layer4": "0"}).to(memory_format=torch.channels_last)
         self.num_channels = 512 if name in ("resnet18", "resnet34") else 2048
         self.stride = 16 if dilation else 32
