@@ -3,10 +3,11 @@
     .venv/bin/python benchmarks/detector_inference.py            # both parts, on a quiet machine
     .venv/bin/python benchmarks/detector_inference.py --quick    # small sizes, few repeats: checks the script
 
-Part 1, layout: each detector as built (convolution weights channels-last, `attnkit.detection.backbone`)
-against a copy whose backbone weights are made contiguous (NCHW), alternating call by call in one
-process, eval mode under `torch.inference_mode`, random weights; then a training step (forward,
-loss-like sum, backward; bf16 autocast, batch 4, 96 px) in both layouts.
+Part 1, layout: the backbone's convolution weights channels-last (what eval mode gives them,
+`attnkit.detection.backbone`) against contiguous (NCHW), two copies of each detector alternating call
+by call in one process, eval mode under `torch.inference_mode`, random weights; then a training step
+(forward, the set criterion, backward, fused AdamW step; bf16 autocast, batch 4, 96 px) in both layouts,
+where training mode keeps them contiguous.
 Part 2, `fast` / DETR: both built from one preset (default `detr-r50`, the paper's size) at one image
 size, alternating. Medians after a warm-up call.
 """
@@ -22,14 +23,22 @@ from dataclasses import replace
 import torch
 
 from attnkit.detection.architectures import build_model
-from attnkit.detection.config import preset
+from attnkit.detection.config import DetectionConfig, preset
+from attnkit.detection.task import criterion_of
+from attnkit.training.fused_optimizer import fused_options
 
 
-def nchw_copy(model: torch.nn.Module) -> torch.nn.Module:
-    """MODEL with its backbone's weights contiguous (the layout before they were stored channels-last)."""
-    other = copy.deepcopy(model)
-    other.backbone[0].body.to(memory_format=torch.contiguous_format)
-    return other
+LAYOUTS = {"nchw": torch.contiguous_format, "cl": torch.channels_last}
+
+
+def in_both_layouts(model: torch.nn.Module, training: bool) -> dict[str, torch.nn.Module]:
+    """MODEL and a copy in training or eval mode, their backbone weights laid out each way (after the mode
+    change, which would lay them out for the mode)."""
+    models = {"nchw": copy.deepcopy(model), "cl": model}
+    for name, each in models.items():
+        each.train(training)
+        each.backbone[0].body.to(memory_format=LAYOUTS[name])
+    return models
 
 
 def median_ms(models: dict[str, torch.nn.Module], call, repeats: int) -> dict[str, float]:
@@ -45,20 +54,31 @@ def median_ms(models: dict[str, torch.nn.Module], call, repeats: int) -> dict[st
 
 
 def inference_ms(models: dict[str, torch.nn.Module], size: int, batch: int, repeats: int) -> dict[str, float]:
+    """Eval-mode models (as the caller laid them out), alternating."""
     images, mask = torch.randn(batch, 3, size, size), torch.zeros(batch, size, size, dtype=torch.bool)
     with torch.inference_mode():
-        return median_ms({name: model.eval() for name, model in models.items()}, lambda m: m(images, mask), repeats)
+        return median_ms(models, lambda m: m(images, mask), repeats)
 
 
-def training_step_ms(models: dict[str, torch.nn.Module], repeats: int) -> dict[str, float]:
+def training_step_ms(models: dict[str, torch.nn.Module], config: DetectionConfig, repeats: int) -> dict[str, float]:
+    """Training-mode models (as the caller laid them out) of CONFIG, its set criterion and each model's own fused
+    AdamW, alternating; three random objects per image."""
     images, mask = torch.randn(4, 3, 96, 96), torch.zeros(4, 96, 96, dtype=torch.bool)
+    targets = [{"labels": torch.randint(0, config.model.num_classes, (3,)),
+                "boxes": torch.cat([torch.rand(3, 2) * 0.6 + 0.2, torch.rand(3, 2) * 0.2 + 0.1], -1)}
+               for _ in range(len(images))]
+    criterion = criterion_of(config)
+    optimizers = {id(model): torch.optim.AdamW(model.parameters(), lr=1e-4, **fused_options("cpu"))
+                  for model in models.values()}
 
     def step(model: torch.nn.Module) -> None:
         with torch.autocast("cpu", torch.bfloat16):
-            out = model(images, mask)
-        (out["pred_boxes"].float().sum() + out["pred_logits"].float().logsumexp(-1).sum()).backward()
+            loss = criterion(model(images, mask, targets), targets)["loss"]
+        loss.backward()
+        optimizers[id(model)].step()
+        optimizers[id(model)].zero_grad()
 
-    return median_ms({name: model.train() for name, model in models.items()}, step, repeats)
+    return median_ms(models, step, repeats)
 
 
 def main() -> None:
@@ -78,17 +98,18 @@ def main() -> None:
     rows = [(arch, small, "small", size, batch, args.repeats) for size, batch in ((96, 1), (96, 8), (384, 1))
             for arch in ("detr", "fast")] + [("detr", paper, args.paper_preset, args.paper_size, 1, args.paper_repeats)]
     for arch, config, name, size, batch, repeats in rows:
-        model = build_model(replace(config, arch=arch))
-        ms = inference_ms({"nchw": nchw_copy(model), "cl": model}, size, batch, repeats)
+        ms = inference_ms(in_both_layouts(build_model(replace(config, arch=arch)), training=False), size, batch,
+                          repeats)
         print(f"| {arch} `{name}`, {size} px, {batch} | {ms['nchw']:.1f} | {ms['cl']:.1f} | "
               f"{ms['nchw'] / ms['cl']:.2f}x |", flush=True)
-    print("\ntraining step (bf16 autocast, batch 4, 96 px), ms: NCHW weights / channels-last")
+    print("\ntraining step (bf16 autocast, batch 4, 96 px, set criterion, optimizer step), ms: NCHW weights / "
+          "channels-last")
     for arch in ("detr", "fast"):
         torch.manual_seed(0)
-        model = build_model(replace(small, arch=arch))
-        ms = training_step_ms({"nchw": nchw_copy(model), "cl": model}, args.repeats)
+        config = DetectionConfig(replace(small, arch=arch), preset("small")[1], preset="small")
+        ms = training_step_ms(in_both_layouts(build_model(config.model), training=True), config, args.repeats)
         print(f"  {arch}: {ms['nchw']:.1f} / {ms['cl']:.1f}", flush=True)
-    models = {arch: build_model(replace(paper, arch=arch)) for arch in ("detr", "fast")}
+    models = {arch: build_model(replace(paper, arch=arch)).eval() for arch in ("detr", "fast")}
     ms = inference_ms(models, args.paper_size, 1, args.paper_repeats)
     parameters = {arch: sum(p.numel() for p in m.parameters()) / 1e6 for arch, m in models.items()}
     print(f"\n`{args.paper_preset}` preset, {args.paper_size} px, batch 1: DETR {ms['detr'] / 1000:.2f} s "

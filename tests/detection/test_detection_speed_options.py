@@ -93,22 +93,28 @@ def test_bf16_autocast_trains_with_finite_losses(tmp_path, four_images):
     assert len(losses) == 2 and all(torch.isfinite(torch.tensor(losses)))
 
 
-def test_channels_last_backbone_weights_give_the_contiguous_losses(four_images):
-    channels_last = DetectionTask(tiny_config(batch_size=2), four_images, None)
-    contiguous = DetectionTask(tiny_config(batch_size=2), four_images, None)
-    contiguous.model.backbone.to(memory_format=torch.contiguous_format)  # in place: the optimizer's parameters
-    assert channels_last.model.backbone[0].body.conv1.weight.is_contiguous(memory_format=torch.channels_last)
-    assert contiguous.model.backbone[0].body.conv1.weight.is_contiguous()
-    for ref in contiguous.batches(0)[:2]:  # two steps: the update keeps each layout and the same values
-        losses = [task.train_step(ref)["loss"] for task in (channels_last, contiguous)]
+def test_backbone_weights_follow_the_mode_and_a_validation_between_steps_changes_nothing(four_images):
+    """Contiguous in training, channels-last in eval mode; going to eval and back between updates (a
+    validation) leaves the losses and the updated weights those of a run that never left training."""
+    validated = DetectionTask(tiny_config(batch_size=2), four_images, None)
+    plain = DetectionTask(tiny_config(batch_size=2), four_images, None)
+    weight = validated.model.backbone[0].body.layer4[0].conv1.weight  # trained (conv1 and layer1 are frozen here)
+    initial = weight.detach().clone()
+    assert weight.is_contiguous()
+    for ref in plain.batches(0)[:2]:  # two steps, with a validation's mode changes after each
+        losses = [task.train_step(ref)["loss"] for task in (validated, plain)]
         assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-5)
-        for task, loss in zip((channels_last, contiguous), losses):
+        for task, loss in zip((validated, plain), losses):
             loss.backward()
             task.optimizer.step()
             task.optimizer.zero_grad()
-    weight = channels_last.model.backbone[0].body.layer1[0].conv1.weight
-    assert weight.is_contiguous(memory_format=torch.channels_last)
-    assert_close(weight, contiguous.model.backbone[0].body.layer1[0].conv1.weight, rtol=1e-5, atol=1e-6)
+        validated.model.eval()
+        assert weight.is_contiguous(memory_format=torch.channels_last) and not weight.is_contiguous()
+        validated.model.train()
+        assert weight.is_contiguous()
+    assert any(p is weight for p in validated.optimizer.param_groups[1]["params"])  # the optimizer's own one
+    assert not torch.equal(weight, initial)
+    assert_close(weight, plain.model.backbone[0].body.layer4[0].conv1.weight, rtol=1e-5, atol=1e-6)
 
 
 def test_amp_and_accumulate_are_validated_train_fields():

@@ -39,12 +39,24 @@ class Backbone(nn.Module):
             for parameter_name, parameter in resnet.named_parameters():
                 if not parameter_name.startswith(("layer2", "layer3", "layer4")):
                     parameter.requires_grad_(False)
-        # convolution weights stored channels-last: oneDNN then skips re-laying them out on every call (batch-1
-        # inference 1.3-1.4x faster on a CPU, BENCHMARKS.md "Backbone layout"; the layout GPU convolutions prefer
-        # too). Inputs stay as given; saved weights are written contiguous.
-        self.body = IntermediateLayerGetter(resnet, return_layers={"layer4": "0"}).to(memory_format=torch.channels_last)
+        self.body = IntermediateLayerGetter(resnet, return_layers={"layer4": "0"})
         self.num_channels = 512 if name in ("resnet18", "resnet34") else 2048
         self.stride = 16 if dilation else 32
+
+    def train(self, mode: bool = True) -> Backbone:
+        """Set the mode, and lay the convolution weights out for it: channels-last for inference, contiguous
+        for training (BENCHMARKS.md, "Backbone layout").
+
+        oneDNN re-lays contiguous weights out on every call, which dominates small-batch inference
+        (channels-last: 1.3-1.4x faster at batch 1 on a CPU); in training, fused AdamW and the convolutions'
+        backward are slower on channels-last weights (a step 9-12% slower). Moving keeps every Parameter
+        object, so an optimizer's references stay valid; it steps in training mode, where its moments and the
+        weights share one layout. Inputs stay as given; saved weights are written contiguous."""
+        super().train(mode)
+        layout = torch.contiguous_format if mode else torch.channels_last
+        if not self.body.conv1.weight.is_contiguous(memory_format=layout):
+            self.body.to(memory_format=layout)
+        return self
 
     def forward(self, images: Tensor) -> Tensor:
         return self.body(images)["0"]  # (batch, channels, height / stride, width / stride)
