@@ -102,3 +102,14 @@ def test_short_softmax_equals_softmax_in_float32_with_its_gradients():
     (grad,) = torch.autograd.grad(got, logits, upstream.float())
     (expected_grad,) = torch.autograd.grad(expected, logits, upstream)
     assert_close(grad, expected_grad, rtol=1e-4, atol=1e-5)
+
+
+def test_bfloat16_values_are_sampled_in_float32_and_returned_in_bfloat16():
+    torch.manual_seed(0)
+    shapes = [(4, 5), (2, 3)]
+    value = torch.randn(2, 26, 2, 4).bfloat16()
+    locations = torch.rand(2, 3, 2, 2, 4, 2)
+    weights = torch.rand(2, 3, 2, 2, 4)
+    out = deformable_sampling(value, shapes, locations, weights)
+    assert out.dtype == torch.bfloat16
+    assert torch.equal(out, deformable_sampling(value.float(), shapes, locations, weights).bfloat16())
