@@ -48,8 +48,8 @@ class Backbone(nn.Module):
         for training (BENCHMARKS.md, "Backbone layout").
 
         oneDNN re-lays contiguous weights out on every call, which dominates small-batch inference
-        (channels-last: 1.3-1.4x faster at batch 1 on a CPU); in training, fused AdamW and the convolutions'
-        backward are slower on channels-last weights (a step 9-12% slower). Moving keeps every Parameter
+        (channels-last: 1.3-1.55x faster at batch 1 on a CPU); in training, fused AdamW and the convolutions'
+        backward are slower on channels-last weights (a step 6-7% slower). Moving keeps every Parameter
         object, so an optimizer's references stay valid; it steps in training mode, where its moments and the
         weights share one layout. Inputs stay as given; saved weights are written contiguous."""
         super().train(mode)

@@ -30,8 +30,8 @@ def deformable_sampling(value: Tensor, shapes: Sequence[tuple[int, int]], locati
     """
     batch, _, heads, head_dim = value.shape
     queries, levels, points = locations.shape[1], locations.shape[3], locations.shape[4]
-    # computed in float32 under mixed precision, as the reference kernels are (PyTorch's CPU grid_sample is 2-3x
-    # slower in bfloat16); float64 stays float64
+    # float32 arithmetic under mixed precision, as in the reference kernels (CPU autocast runs grid_sample in
+    # float32 anyway; in bfloat16 it is 2-3x slower); float64 stays float64
     dtype, work = value.dtype, torch.promote_types(value.dtype, torch.float32)
     # laid out level first and copied contiguous: grid_sample is 2-3x slower on a strided grid or map (and
     # `.to` does not copy when the dtype already matches); points before queries, so that the sum over a
