@@ -15,7 +15,8 @@ fields of `DetrConfig` differ:
                          (full attention), two-stage (learned anchors instead of the encoder's
                          proposals), refinement (DETR's learned queries; two-stage off too, since
                          it needs boxes to refine), focal (softmax cross-entropy), groups
-                         (query_groups=1)
+                         (query_groups=1), lite-encoder (the encoder updates every level's tokens)
+    fast-encoder-c5      the encoder updates C5 alone instead of C4 and C5
 
 Datasets: `shapes` (built in: 5 filled shape classes, 0-4 objects, 128 px square images) and
 `marks`, written here in COCO layout and read like any user dataset: 4 other object kinds (rings,
@@ -52,8 +53,9 @@ VARIANTS = {
     "detr": ["model.arch=detr"],
     "fast": ["model.arch=fast"],
     "fast-no-multi-scale": ["model.arch=fast", "model.feature_levels=1"],
-    "fast-no-deformable": ["model.arch=fast", "model.deformable_attention=false", "model.lite_encoder=false"],
-    "fast-no-lite-encoder": ["model.arch=fast", "model.lite_encoder=false"],
+    "fast-no-deformable": ["model.arch=fast", "model.deformable_attention=false", "model.encoder_levels=3"],
+    "fast-no-lite-encoder": ["model.arch=fast", "model.encoder_levels=3"],
+    "fast-encoder-c5": ["model.arch=fast", "model.encoder_levels=1"],
     "fast-no-two-stage": ["model.arch=fast", "model.two_stage=false"],
     "fast-no-refinement": ["model.arch=fast", "model.box_refinement=false", "model.two_stage=false"],
     "fast-no-focal": ["model.arch=fast", "model.focal_loss=false"],

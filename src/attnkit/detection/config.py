@@ -37,7 +37,8 @@ class DetrConfig:
     feature_levels: int = 3  # ResNet stages read: 1 = C5 alone (DETR), 3 = C3, C4, C5
     deformable_attention: bool = True  # multi-scale deformable attention (Zhu et al. 2021) instead of full
     deformable_points: int = 4  # sampled points per head and level
-    lite_encoder: bool = True  # the deformable encoder updates the coarser levels only, reading all (Lite DETR)
+    encoder_levels: int = 2  # the deformable encoder updates the coarsest N levels (C4, C5), reading all
+    # (Lite DETR); feature_levels or more: every level (Deformable DETR); 1: C5 alone
     box_refinement: bool = True  # anchor-box queries, refined by every decoder layer
     focal_loss: bool = True  # sigmoid focal classification loss and matching cost
     query_groups: int = 3  # query groups trained one-to-one each (Group DETR); 1 = off
@@ -59,9 +60,12 @@ class DetrConfig:
         if self.two_stage and not self.box_refinement and self.arch != "detr":
             raise ConfigError("two_stage starts the decoder from proposed boxes and needs box_refinement; "
                               "set both to false to ablate refinement")
-        if self.lite_encoder and not self.deformable_attention and self.arch != "detr":
-            raise ConfigError("lite_encoder updates some levels of the deformable encoder and needs "
-                              "deformable_attention; set both to false to ablate deformable attention")
+        if self.encoder_levels < 1:
+            raise ConfigError(f"encoder_levels must be at least 1, got {self.encoder_levels}")
+        if self.encoder_levels < self.feature_levels and not self.deformable_attention and self.arch != "detr":
+            raise ConfigError("encoder_levels below feature_levels updates some levels of the deformable encoder "
+                              "and needs deformable_attention; set encoder_levels to feature_levels to ablate "
+                              "deformable attention")
         if self.denoising_groups and not self.box_refinement and self.arch != "detr":
             raise ConfigError("denoising queries start from noised boxes and need box_refinement; "
                               "set model.denoising_groups=0 to ablate refinement")
@@ -142,8 +146,11 @@ class DetectionConfig:
         so older run folders still resume, evaluate and detect.
         """
         try:
-            # runs written before two-stage, denoising and the lite encoder existed load without them
-            model = {"two_stage": False, "denoising_groups": 0, "lite_encoder": False, **document["model"]}
+            # runs written before two-stage and denoising existed load without them
+            model = {"two_stage": False, "denoising_groups": 0, **document["model"]}
+            if "encoder_levels" not in model:  # written before it: every level, or all but C3 (`lite_encoder`)
+                levels = model.get("feature_levels", 3)
+                model["encoder_levels"] = max(levels - 1, 1) if model.pop("lite_encoder", False) else levels
             train = dict(document["train"])
             if "lr_drop_epochs" in train:  # older runs (a drop after N epochs): resume without one
                 train = {"lr_drop": 1.0, **train}

@@ -102,8 +102,11 @@ def test_positive_queries_at_the_true_boxes_are_rebuilt_exactly_by_the_first_lay
     assert losses["loss_bbox"] < 1e-3 and losses["loss_giou"] < 1e-3
 
 
-def test_older_run_configs_load_without_denoising_and_the_lite_encoder():
+def test_older_run_configs_load_without_denoising_and_with_the_encoder_they_had():
     config = DetectionConfig(_tiny()).to_dict()
-    del config["model"]["denoising_groups"], config["model"]["lite_encoder"]
+    del config["model"]["denoising_groups"], config["model"]["encoder_levels"]
     model = DetectionConfig.from_dict(config).model
-    assert model.denoising_groups == 0 and not model.lite_encoder
+    assert model.denoising_groups == 0 and model.encoder_levels == 3  # before the lite encoder: every level
+    for lite, levels, expected in ((True, 3, 2), (False, 3, 3), (True, 1, 1)):  # `lite_encoder`: all but C3
+        config["model"].update(lite_encoder=lite, feature_levels=levels)
+        assert DetectionConfig.from_dict(config).model.encoder_levels == expected

@@ -15,8 +15,9 @@ from attnkit.detection.variants.query_groups import group_attention_mask
 from attnkit.errors import ConfigError
 
 ALL_OFF = dict(feature_levels=1, deformable_attention=False, box_refinement=False, focal_loss=False, query_groups=1,
-               two_stage=False, denoising_groups=0, lite_encoder=False)
-OPTIONS = [{}, dict(feature_levels=1), dict(deformable_attention=False, lite_encoder=False), dict(lite_encoder=False),
+               two_stage=False, denoising_groups=0)
+OPTIONS = [{}, dict(feature_levels=1), dict(deformable_attention=False, encoder_levels=3), dict(encoder_levels=3),
+           dict(encoder_levels=1),
            dict(box_refinement=False, two_stage=False, denoising_groups=0), dict(focal_loss=False),
            dict(query_groups=1), dict(two_stage=False), dict(denoising_groups=2), ALL_OFF]
 
@@ -158,8 +159,10 @@ def test_config_refuses_impossible_technique_settings():
         DetrConfig(arch="fast", box_refinement=False)
     with pytest.raises(ConfigError, match="denoising"):
         DetrConfig(arch="fast", box_refinement=False, two_stage=False, denoising_groups=2)
-    with pytest.raises(ConfigError, match="lite_encoder"):
+    with pytest.raises(ConfigError, match="encoder_levels below feature_levels"):
         DetrConfig(arch="fast", deformable_attention=False)
+    with pytest.raises(ConfigError, match="encoder_levels must be at least 1"):
+        DetrConfig(arch="fast", encoder_levels=0)
     with pytest.raises(ConfigError, match="denoising_groups"):
         DetrConfig(denoising_groups=-1)
 

@@ -8,10 +8,10 @@ from attnkit.detection.variants.multi_scale_features import FlatLevels, LevelGeo
 SHAPES = ((4, 4), (2, 2), (1, 1))  # 16 fine tokens, then 4 + 1 coarse ones
 
 
-def _encoders(levels: int = 3):
+def _encoders(levels: int = 3, updated: int = 2):
     torch.manual_seed(0)
     layers = [DeformableEncoderLayer(16, 4, 32, 0.0, levels, 2) for _ in range(2)]
-    full, lite = DeformableEncoder(layers), LiteEncoder(layers)
+    full, lite = DeformableEncoder(layers), LiteEncoder(layers, updated)
     return full, lite
 
 
@@ -51,4 +51,22 @@ def test_its_coarse_tokens_equal_a_full_layer_reading_the_same_keys():
 def test_with_one_level_it_is_the_deformable_encoder():
     full, lite = _encoders(levels=1)
     levels = _levels(*_inputs(((3, 3),)))
+    torch.testing.assert_close(lite(levels), full(levels))
+
+
+def test_with_one_updated_level_only_the_coarsest_tokens_change_reading_every_level():
+    _, lite = _encoders(updated=1)
+    src, pos, padding, shapes, ratios = _inputs()
+    src.requires_grad_(True)
+    out = lite(_levels(src, pos, padding, shapes, ratios))
+    torch.testing.assert_close(out[:, :20], src[:, :20])  # C3 and C4 leave as they came
+    assert not torch.allclose(out[:, 20:], src[:, 20:])
+    out[:, 20:].sum().backward()
+    assert src.grad[:, :16].abs().sum() > 0 and src.grad[:, 16:20].abs().sum() > 0  # reads both finer maps
+
+
+def test_updating_every_level_is_the_deformable_encoder():
+    full, lite = _encoders(updated=3)
+    levels = _levels(*_inputs())
+    assert lite.first_updated(SHAPES) == 0
     torch.testing.assert_close(lite(levels), full(levels))

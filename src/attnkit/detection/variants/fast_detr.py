@@ -2,7 +2,7 @@
 
     levels   = CNN(image)[C3, C4, C5]                  multi_scale_features (strides 8, 16, 32)
     memory   = Encoder(levels)                          deformable self-attention (linear in pixels)
-               updating C4, C5 only (C3 read)            lite_encoder
+               updating C4, C5 only (C3 read)            lite_encoder (encoder_levels)
     boxes_0  = learned anchor boxes                     box_refinement
     h_d      = DecoderLayer_d(h_{d-1}, MLP(sine(boxes_{d-1})), memory sampled around boxes_{d-1})
     boxes_d  = sigmoid(Delta_d(h_d) + sigmoid^-1(boxes_{d-1}))
@@ -12,7 +12,7 @@
     training: + noised copies of the targets to rebuild  denoising_queries (DN-DETR / DINO)
 
 Each technique is one module, switched off by one `DetrConfig` field (`feature_levels=1`,
-`deformable_attention`, `lite_encoder`, `box_refinement`, `focal_loss`, `query_groups=1`, `two_stage`,
+`deformable_attention`, `encoder_levels=3`, `box_refinement`, `focal_loss`, `query_groups=1`, `two_stage`,
 `denoising_groups=0`); with all of them off
 this model computes DETR (`attnkit.detection.detr`) exactly, from the same building blocks. Its
 output is the shared one (`pred_logits` in DETR's classes + 1 form, `pred_boxes`,
@@ -181,8 +181,9 @@ def build_fast_detr(config: DetrConfig, backbone_weights: Path | None = None) ->
                                 position, levels)
     if config.deformable_attention:
         sizes = (d, config.num_heads, config.dim_feedforward, config.dropout, levels, config.deformable_points)
-        encoder = (LiteEncoder if config.lite_encoder else DeformableEncoder)(
-            [DeformableEncoderLayer(*sizes) for _ in range(config.enc_layers)])
+        encoder_layers = [DeformableEncoderLayer(*sizes) for _ in range(config.enc_layers)]
+        encoder = (LiteEncoder(encoder_layers, config.encoder_levels) if config.encoder_levels < levels
+                   else DeformableEncoder(encoder_layers))  # every level updated
         layers = [DeformableDecoderLayer(*sizes) for _ in range(config.dec_layers)]
     else:
         transformer = detr_transformer(config)

@@ -1,25 +1,30 @@
 """An encoder that updates the coarse levels only (Li et al. 2023, Lite DETR, section 3).
 
-In the multi-scale encoder most tokens are the finest level's (C3: 16 of every 21 tokens at
+In the multi-scale encoder most tokens are the fine levels' (C3: 16 of every 21 tokens at
 strides 8, 16, 32), yet Lite DETR finds that the high-level maps carry most of the gain from
-encoding: it updates the small, coarse maps in every layer and the large, fine map rarely. Here the
-fine map is never updated: every layer's queries are the coarser levels' tokens (C4, C5), their
-deformable attention still reads all levels, C3 included, and C3's tokens leave the encoder as the
-input projection made them. The encoder's cost falls to the coarse tokens' share (about a quarter),
-and the decoder and the proposals read all levels as before.
+encoding: it updates the small, coarse maps in every layer and the large, fine map rarely (and
+RT-DETR, Zhao et al. 2024, section 4.2, runs its encoder's attention on the coarsest map alone).
+Here the layers update the tokens of the coarsest N levels only (`encoder_levels`; the default 2:
+C4 and C5; 1: C5 alone), their deformable attention still reads all levels, and the finer levels'
+tokens leave the encoder as the input projection made them. The encoder's cost falls to the updated
+tokens' share (C4 and C5: 45 of 189 tokens at 96 px; C5: 9), and the decoder and the proposals read
+all levels as before.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from attnkit.detection.variants.deformable_transformer import DeformableEncoder
+from attnkit.detection.variants.deformable_transformer import DeformableEncoder, DeformableEncoderLayer
 
 
 class LiteEncoder(DeformableEncoder):
-    """The deformable encoder whose layers update every level's tokens but the finest one's."""
+    """The deformable encoder whose layers update the coarsest UPDATED_LEVELS levels' tokens only."""
+
+    def __init__(self, layers: list[DeformableEncoderLayer], updated_levels: int) -> None:
+        super().__init__(layers)
+        self.updated_levels = updated_levels
 
     def first_updated(self, shapes: Sequence[tuple[int, int]]) -> int:
-        """The finest level's tokens come first: the first key after them (0 with a single level)."""
-        height, width = shapes[0]
-        return height * width if len(shapes) > 1 else 0
+        """The levels come finest first: the first key of the coarsest UPDATED_LEVELS (0 if that is all of them)."""
+        return sum(height * width for height, width in shapes[:max(len(shapes) - self.updated_levels, 0)])
