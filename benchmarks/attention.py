@@ -128,13 +128,15 @@ def main() -> None:
     parser.add_argument("--impls", nargs="+", default=IMPLEMENTATIONS, choices=IMPLEMENTATIONS)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--devices", nargs="+", default=["cpu", "cuda"], choices=["cpu", "cuda"],
+                        help="tables to print: fp32 on the CPU, bf16 on CUDA (when present)")
     parser.add_argument("--json", help="also write the rows to this JSON file")
     parser.add_argument("--memory-probe", nargs=2, metavar=("IMPL", "LENGTH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_probe:
         return memory_probe(args.memory_probe[0], int(args.memory_probe[1]), args)
-    rows = table("cpu", torch.float32, args)
-    if torch.cuda.is_available():
+    rows = table("cpu", torch.float32, args) if "cpu" in args.devices else []
+    if "cuda" in args.devices and torch.cuda.is_available():
         rows += table("cuda", torch.bfloat16, args)
     if args.json:
         with open(args.json, "w") as handle:
