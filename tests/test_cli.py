@@ -31,3 +31,28 @@ def test_attention_core_demo_writes_a_heatmap(tmp_path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert png.stat().st_size > 10_000
     assert "sum to one" in capsys.readouterr().out
+
+
+WITHOUT_EXTRAS = """
+import sys
+for name in ("fastapi", "uvicorn", "multipart", "onnx", "onnxscript", "onnxruntime"):
+    sys.modules[name] = None  # as if the optional extras `serve` and `onnx` were not installed
+from attnkit.cli import main
+sys.argv = ["attnkit", *sys.argv[1:]]
+main()
+"""
+
+
+def test_the_command_line_runs_without_the_optional_extras_and_says_which_to_install(tmp_path):
+    def attnkit(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", WITHOUT_EXTRAS, *argv], capture_output=True, text=True,
+                              timeout=120)
+
+    assert attnkit("--help").returncode == 0
+    assert attnkit("train", "detection", "--help").returncode == 0
+    for argv, extra in ((["serve", str(tmp_path)], "serve"), (["export", "onnx", str(tmp_path)], "onnx"),
+                        (["detect", str(tmp_path), str(tmp_path), "--out", str(tmp_path / "out"), "--backend", "onnxruntime"],
+                         "onnx")):
+        result = attnkit(*argv)
+        assert result.returncode == 2, (argv, result.stderr)
+        assert f"pip install 'attnkit[{extra}]'" in result.stderr and "Traceback" not in result.stderr, result.stderr

@@ -7,6 +7,7 @@ stderr and exits with code 2, without a traceback. Programming errors stay excep
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -45,6 +46,15 @@ class DataError(UserError, ValueError):
 
 class CheckpointError(UserError):
     """A run folder or weights file that is missing, corrupt, or from another model."""
+
+
+def require_extra(extra: str, modules: Iterable[str], needed_by: str) -> None:
+    """ConfigError naming the missing MODULES of the optional EXTRA (pyproject's optional-dependencies) that
+    NEEDED_BY (a command or option) uses, and the pip command that installs them."""
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigError(f"{needed_by} needs {', '.join(missing)}, of the optional extra `{extra}`: "
+                          f"pip install 'attnkit[{extra}]'")
 
 
 @contextmanager

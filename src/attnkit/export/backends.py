@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attnkit.errors import ConfigError
+from attnkit.errors import ConfigError, require_extra
 
 BACKENDS = ("pytorch", "onnxruntime")
 
@@ -55,3 +55,5 @@ def load_translator(run: Path, weights: str, backend: str):
 def _check(backend: str) -> None:
     if backend not in BACKENDS:
         raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend == "onnxruntime":
+        require_extra("onnx", ["onnx", "onnxscript", "onnxruntime"], "--backend onnxruntime")

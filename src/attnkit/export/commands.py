@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from attnkit.cli import app
-from attnkit.errors import user_errors
+from attnkit.errors import require_extra, user_errors
 
 export_app = typer.Typer(no_args_is_help=True, help="Export a trained model for other runtimes.")
 app.add_typer(export_app, name="export")
@@ -22,6 +22,7 @@ def export_onnx(
     """Export RUN to ONNX: the detector with post-processing (one graph), or the translator's encoder and
     decoder step with its key/value cache (two graphs); each checked with onnx.checker."""
     with user_errors():
+        require_extra("onnx", ["onnx", "onnxscript", "onnxruntime"], "attnkit export onnx")
         from attnkit.export.onnx_export import MANIFEST, export_run
 
         out = out or Path(run) / "onnx"

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from attnkit.cli import app
-from attnkit.errors import ConfigError, user_errors
+from attnkit.errors import ConfigError, require_extra, user_errors
 
 
 @app.command()
@@ -22,6 +22,7 @@ def serve(
 ) -> None:
     """Serve RUNs: a JSON HTTP API (OpenAPI at /docs) and a page at http://HOST:PORT/."""
     with user_errors():
+        require_extra("serve", ["fastapi", "uvicorn", "multipart"], "attnkit serve")
         import uvicorn
 
         from attnkit.serve import Limits, create_app, load_models
