@@ -35,8 +35,8 @@ def test_attention_core_demo_writes_a_heatmap(tmp_path, capsys):
 
 WITHOUT_EXTRAS = """
 import sys
-for name in ("fastapi", "uvicorn", "multipart", "onnx", "onnxscript", "onnxruntime"):
-    sys.modules[name] = None  # as if the optional extras `serve` and `onnx` were not installed
+for name in ("fastapi", "uvicorn", "multipart", "onnx", "onnxscript", "onnxruntime", "transformers"):
+    sys.modules[name] = None  # as if the optional extras `serve`, `onnx` and `hf` were not installed
 from attnkit.cli import main
 sys.argv = ["attnkit", *sys.argv[1:]]
 main()
@@ -51,6 +51,7 @@ def test_the_command_line_runs_without_the_optional_extras_and_says_which_to_ins
     assert attnkit("--help").returncode == 0
     assert attnkit("train", "detection", "--help").returncode == 0
     for argv, extra in ((["serve", str(tmp_path)], "serve"), (["export", "onnx", str(tmp_path)], "onnx"),
+                        (["export", "hf", str(tmp_path), "--out", str(tmp_path / "hf")], "hf"),
                         (["detect", str(tmp_path), str(tmp_path), "--out", str(tmp_path / "out"), "--backend", "onnxruntime"],
                          "onnx")):
         result = attnkit(*argv)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 
-import onnx
 import pytest
+
+onnx = pytest.importorskip("onnx", reason="the optional extra `onnx` is not installed")
 import torch
 from PIL import Image
 from typer.testing import CliRunner

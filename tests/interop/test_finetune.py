@@ -31,7 +31,7 @@ def record_initial_weights(monkeypatch) -> dict[str, torch.Tensor]:
     class Recording(task_module.DetectionTask):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            started.update({name: tensor.clone() for name, tensor in self.model.state_dict().items()})
+            started.update({name: tensor.to("cpu", copy=True) for name, tensor in self.model.state_dict().items()})
 
     monkeypatch.setattr(task_module, "DetectionTask", Recording)
     return started

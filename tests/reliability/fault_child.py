@@ -2,13 +2,15 @@
 
 Every step writes a metrics line, weights/last, a snapshot and a training state, so that a
 SIGKILL at a random moment lands inside a step, a metrics write or a checkpoint write alike.
-Run in a forked process by tests/reliability/test_fault_injection.py; also runnable by hand:
+Run in a killable process (`killable_processes`) by tests/reliability/test_fault_injection.py and
+test_write_faults.py; also runnable by hand:
 
     python tests/reliability/fault_child.py RUN STEPS [--resume]
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import sys
 from pathlib import Path
 
@@ -21,6 +23,18 @@ from attnkit.training import Budget, LoopConfig, RunFolder, Trainer  # noqa: E40
 
 CONFIG = LoopConfig(log_every_steps=1, eval_every_steps=4, checkpoint_every_steps=1,
                     checkpoint_every_minutes=None, average_last=3)
+
+
+def killable_processes():
+    """The multiprocessing context of the runs the tests kill, or None without fork(): processes forked from
+    a fork server that has torch and attnkit imported, so each start costs a fork rather than an
+    interpreter's start, and the kill is a real SIGKILL of another process. Not forked from the test
+    process: a process forked from one that has run autograd on a GPU cannot run autograd."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return None
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["torch", "attnkit.training", "fault_child"])
+    return context
 
 
 def train(path: Path, steps: int, resume: bool = False) -> ToyRegression:

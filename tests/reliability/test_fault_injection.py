@@ -1,14 +1,13 @@
 """Fault injection: a training run killed with SIGKILL at random moments, then resumed, ends where an
 uninterrupted run ends: the same losses at every step, the same weights; no partial file is ever loaded.
 
-The run is forked from the test process (which has torch and attnkit imported already), so each
-kill costs a fraction of a second instead of a fresh interpreter's start; the kill is a real
+The run is forked from a fork server with torch and attnkit imported (fault_child.killable_processes),
+so each kill costs a fraction of a second instead of a fresh interpreter's start; the kill is a real
 SIGKILL of another process all the same.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import random
 import signal
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from fault_child import train
+from fault_child import killable_processes, train
 from torch.testing import assert_close
 
 from attnkit.errors import CheckpointError
@@ -26,7 +25,7 @@ from attnkit.training import RunFolder, load_training_state, read_weights
 STEPS = 40
 KILLS = 3
 MARGIN = 5  # steps kept free after each kill's target: a loaded machine may kill a few steps late
-_fork = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
+_fork = killable_processes()
 pytestmark = pytest.mark.skipif(_fork is None, reason="needs fork() to kill a training process")
 
 

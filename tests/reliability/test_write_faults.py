@@ -8,14 +8,13 @@ size limit) is a CheckpointError naming the file, and the previous checkpoint st
 from __future__ import annotations
 
 import errno
-import multiprocessing
 import os
 import resource
 import signal
 from pathlib import Path
 
 import pytest
-from fault_child import train
+from fault_child import killable_processes, train
 from torch.testing import assert_close
 
 from attnkit.errors import CheckpointError
@@ -23,7 +22,7 @@ from attnkit.training import RunFolder, atomic_write, load_training_state, read_
 from attnkit.training import checkpoint as checkpoint_module
 
 STEPS = 8
-_fork = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
+_fork = killable_processes()
 needs_fork = pytest.mark.skipif(_fork is None, reason="needs fork() to kill a training process")
 
 

@@ -6,10 +6,12 @@ import io
 
 import pytest
 import torch
-from fastapi.testclient import TestClient
-from PIL import Image
 
-from attnkit.serve import Limits, create_app
+pytest.importorskip("fastapi", reason="the optional extra `serve` is not installed")
+from fastapi.testclient import TestClient  # noqa: E402
+from PIL import Image  # noqa: E402
+
+from attnkit.serve import Limits, create_app  # noqa: E402
 
 def png_bytes(width: int = 96, height: int = 80, seed: int = 0) -> bytes:
     """A random-noise PNG."""

@@ -1,6 +1,7 @@
 """End to end in a real browser: headless Chromium (Debian's `chromium` and `chromium-driver`) driven by
 Selenium loads the page served by `attnkit serve`, submits a sentence and an image, and finds the
-translation and the drawn boxes. If the browser cannot start, the test fails: it never skips."""
+translation and the drawn boxes. If the browser cannot start, the test fails: it never skips (it is skipped
+only where the optional extra `serve` is not installed)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ import threading
 import time
 
 import pytest
-
 import torch
 from PIL import Image
+
+pytest.importorskip("uvicorn", reason="the optional extra `serve` is not installed")
+
 
 def png_bytes(width: int = 96, height: int = 80, seed: int = 0) -> bytes:
     """A random-noise PNG."""

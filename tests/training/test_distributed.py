@@ -39,7 +39,8 @@ def invoke(*args) -> str:
 
 
 def torchrun(*args, processes: int = 2) -> str:
-    """`attnkit ARGS` as PROCESSES processes started by torchrun on this machine (gloo, CPU)."""
+    """`attnkit ARGS` as PROCESSES processes started by torchrun on this machine (gloo, CPU; the one-process
+    runs they are compared with say --device cpu too)."""
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
                "--standalone", "-m", "attnkit", *map(str, args)]
     environment = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
@@ -70,7 +71,7 @@ def numbers(tmp_path_factory) -> Path:
 
 def test_two_processes_train_translation_like_one_accumulating_two_batches(numbers, tmp_path):
     torch.manual_seed(0)
-    common = ["train", "translation", "--data", numbers, *TINY_TRANSLATION, "--set", "amp=off"]
+    common = ["train", "translation", "--data", numbers, *TINY_TRANSLATION, "--set", "amp=off", "--device", "cpu"]
     output = torchrun(*common, "--out", tmp_path / "two", "--steps", "3")
     assert output.count("preset: tiny") == 1  # only rank 0 prints
     assert [p.name for p in (tmp_path / "two" / "state").iterdir()] == ["step-00000003.safetensors"]
@@ -88,7 +89,7 @@ def test_two_processes_train_detection_like_one_with_the_global_batch(tmp_path):
     import torchvision
 
     save_file(torchvision.models.resnet18().state_dict(), tmp_path / "resnet18.safetensors")  # frozen BatchNorm
-    common = ["train", "detection", "--data", "shapes", *TINY_DETECTION, "--steps", "2",
+    common = ["train", "detection", "--data", "shapes", *TINY_DETECTION, "--steps", "2", "--device", "cpu",
               "--backbone-weights", tmp_path / "resnet18.safetensors"]
     torchrun(*common, "--out", tmp_path / "two", "--set", "train.batch_size=2")
     assert (tmp_path / "two" / "weights" / "last.safetensors").is_file()

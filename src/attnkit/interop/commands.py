@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from attnkit.cli import app
-from attnkit.errors import user_errors
+from attnkit.errors import require_extra, user_errors
 
 import_app = typer.Typer(no_args_is_help=True, help="Turn a model trained elsewhere into an attnkit run folder.")
 app.add_typer(import_app, name="import")
@@ -62,6 +62,7 @@ def export_hf(
 ) -> None:
     """Export a run for Hugging Face transformers (DetrForObjectDetection or MarianMTModel)."""
     with user_errors():
+        require_extra("hf", ["transformers"], "attnkit export hf")
         from attnkit.interop.hf_export import export_hf as run_export
 
         print(f"exported {run} -> {run_export(run, out, weights)}")
