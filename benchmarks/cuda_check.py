@@ -125,7 +125,8 @@ def check_attention(device: torch.device, quick: bool) -> None:
                         out.float().sum().backward()
                     cells.append(f"ok {(out.float() - expected).abs().max():.1e}")
                 except RuntimeError as error:
-                    cells.append("not run" if "No available kernel" in str(error) or "No viable backend" in str(error) else f"error: {str(error)[:60]}")
+                    unsupported = "No available kernel" in str(error) or "No viable backend" in str(error)
+                    cells.append("not run" if unsupported else f"error: {str(error)[:60]}")
             print(f"| {backend_name} | {name} | " + " | ".join(cells) + " |")
 
 
@@ -157,7 +158,8 @@ def check_kernels(device: torch.device, quick: bool) -> None:
     keys = ("flash", "fmha", "efficient", "attention", "cudnn", "softmax", "sdpa", "scaled_dot")
     counts: dict[str, int] = {}
     for event in prof.events():
-        if any(key in event.name.lower() for key in keys) and (device.type == "cpu" or event.device_type.name == "CUDA"):
+        on_device = device.type == "cpu" or event.device_type.name == "CUDA"
+        if on_device and any(key in event.name.lower() for key in keys):
             counts[event.name[:110]] = counts.get(event.name[:110], 0) + 1
     for name, count in sorted(counts.items(), key=lambda item: -item[1]):
         print(f"  {count:4d}x {name}")
@@ -251,7 +253,8 @@ def time_detector_inference(device: torch.device, quick: bool) -> None:
             ("detr-r50", 800, 1), ("detr-r50", 800, 8)]
     if quick:
         rows = [("small", 64, 1)]
-    print("| preset, image, batch | dtype | DETR ms | fast ms | fast / DETR speed |\n| --- | --- | ---: | ---: | ---: |")
+    print("| preset, image, batch | dtype | DETR ms | fast ms | fast / DETR speed |\n"
+          "| --- | --- | ---: | ---: | ---: |")
     for name, size, batch in rows:
         config = detection_configs(name, quick).model
         models = {arch: build_detector(replace(config, arch=arch)).to(device).eval() for arch in ("detr", "fast")}
@@ -293,40 +296,20 @@ def time_detector_training(device: torch.device, quick: bool) -> None:
 
 
 def time_translation(device: torch.device, quick: bool) -> None:
-    """Training step of the `base` Transformer under bf16 autocast: tokens/s and MFU against the bf16 matmul rate."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    from attnkit.translation.config import build_model, preset
-    from attnkit.translation.losses import label_smoothed_cross_entropy
+    """Training step of the `base` Transformer under bf16 autocast: tokens/s and MFU against the bf16 matmul rate
+    (the step and the peak of benchmarks/mfu.py)."""
+    from mfu import matmul_peak, training_step
 
     name, batch, length, vocab = ("tiny", 4, 16, 1000) if quick else ("base", 128, 64, 32000)
-    config = preset(name)
-    model = build_model(replace(config, model=replace(config.model, source_vocab_size=vocab,
-                                                      target_vocab_size=vocab))).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, **fused_options(device))
-    source = torch.randint(4, vocab, (batch, length), device=device)
-    target = torch.randint(4, vocab, (batch, length + 1), device=device)
-
-    def step() -> None:
-        with autocast(device, "bf16"):
-            logits = model(source, target[:, :-1])
-            loss = label_smoothed_cross_entropy(logits.float(), target[:, 1:], 0.1) / target[:, 1:].numel()
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    with FlopCounterMode(display=False) as counter:
-        step()
-    flops = counter.get_total_flops()
+    step, flops = training_step(name, batch, length, device, bf16=True, vocab=vocab, fused=True)
     ms = median_ms({"step": step}, 3 if quick else 20, device)["step"]
     size = 256 if quick else 8192
-    a, b = (torch.randn(size, size, device=device, dtype=torch.bfloat16) for _ in range(2))
-    peak_ms = median_ms({"matmul": lambda: a @ b}, 3 if quick else 10, device)["matmul"]
-    peak = 2 * size**3 / (peak_ms / 1000)
+    peak = matmul_peak(size, 3 if quick else 10, device, torch.bfloat16)
     achieved = flops / (ms / 1000)
     print(f"`{name}`, batch {batch} x {length} tokens (source and target), bf16 autocast: {ms:.1f} ms/step, "
           f"{2 * batch * length / (ms / 1000):,.0f} tokens/s, {flops / 1e9:.0f} GFLOP/step, "
-          f"{achieved / 1e12:.1f} TFLOP/s; bf16 matmul {size}^3: {peak / 1e12:.0f} TFLOP/s; MFU {100 * achieved / peak:.1f}%")
+          f"{achieved / 1e12:.1f} TFLOP/s; bf16 matmul {size}^3: {peak / 1e12:.0f} TFLOP/s; "
+          f"MFU {100 * achieved / peak:.1f}%")
 
 
 def main() -> None:

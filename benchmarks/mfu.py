@@ -4,15 +4,17 @@
     .venv/bin/python benchmarks/mfu.py --quick    # tiny shapes: checks the script runs
 
 FLOPs per step are counted by torch.utils.flop_counter.FlopCounterMode (forward + backward of the
-model and the loss); the peak is the best of a few square fp32 matmuls of the same size class.
-MFU = FLOPs per step / step time / peak.
+model and the loss); the peak is the best of a few square matmuls of the same size class and dtype.
+MFU = FLOPs per step / step time / peak. `benchmarks/cuda_check.py` runs the same step on a GPU in bf16.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import time
+from collections.abc import Callable
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -21,16 +23,57 @@ from attnkit.translation.config import build_model, preset
 from attnkit.translation.losses import label_smoothed_cross_entropy
 
 
-def matmul_peak(size: int, repeats: int) -> float:
-    """FLOP/s of the fastest of REPEATS fp32 (size x size) @ (size x size) products."""
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    a @ b  # warm-up
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def best_seconds(call: Callable[[], object], repeats: int, device: torch.device) -> float:
+    """The fastest of REPEATS synchronised calls, after one warm-up call."""
+    call()
     best = float("inf")
     for _ in range(repeats):
+        sync(device)
         started = time.perf_counter()
-        a @ b
+        call()
+        sync(device)
         best = min(best, time.perf_counter() - started)
-    return 2 * size**3 / best
+    return best
+
+
+def matmul_peak(size: int, repeats: int, device: torch.device = torch.device("cpu"),
+                dtype: torch.dtype = torch.float32) -> float:
+    """FLOP/s of the fastest of REPEATS (size x size) @ (size x size) products."""
+    a, b = (torch.randn(size, size, device=device, dtype=dtype) for _ in range(2))
+    return 2 * size**3 / best_seconds(lambda: a @ b, repeats, device)
+
+
+def training_step(name: str, batch: int, length: int, device: torch.device = torch.device("cpu"), bf16: bool = False,
+                  vocab: int | None = None, fused: bool = False) -> tuple[Callable[[], None], float]:
+    """One Adam step of preset NAME on random (batch, length) ids (vocabulary: the preset's, or VOCAB), under
+    bf16 autocast if BF16, fused Adam if FUSED; returns the step and its FLOPs (counted by running it once)."""
+    config = preset(name)
+    vocab = vocab or config.vocab_size
+    config = dataclasses.replace(config, model=dataclasses.replace(config.model, source_vocab_size=vocab,
+                                                                    target_vocab_size=vocab))
+    torch.manual_seed(0)
+    model = build_model(config).to(device)
+    source = torch.randint(4, vocab, (batch, length), device=device)
+    target = torch.randint(4, vocab, (batch, length + 1), device=device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, **({"fused": True} if fused else {}))
+    autocast = torch.autocast(device.type, torch.bfloat16) if bf16 else contextlib.nullcontext()
+
+    def step() -> None:
+        with autocast:
+            logits = model(source, target[:, :-1])  # (batch, length, vocab)
+        loss = label_smoothed_cross_entropy(logits.float(), target[:, 1:], 0.1) / target[:, 1:].numel()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    with FlopCounterMode(display=False) as counter:
+        step()
+    return step, counter.get_total_flops()
 
 
 def main() -> None:
@@ -44,28 +87,7 @@ def main() -> None:
     name = args.preset or ("tiny" if args.quick else "base")
     batch, length = args.batch or (8 if args.quick else 32), args.length or (16 if args.quick else 32)
     steps = args.steps or (2 if args.quick else 10)
-    config = preset(name)
-    size = config.vocab_size
-    config = dataclasses.replace(config, model=dataclasses.replace(config.model, source_vocab_size=size,
-                                                                    target_vocab_size=size))
-    model_config = config.model
-    torch.manual_seed(0)
-    model = build_model(config)
-    vocab = model_config.target_vocab_size
-    source = torch.randint(4, model_config.source_vocab_size, (batch, length))
-    target = torch.randint(4, vocab, (batch, length + 1))
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
-
-    def step() -> None:
-        logits = model(source, target[:, :-1])  # (batch, length, vocab)
-        loss = label_smoothed_cross_entropy(logits, target[:, 1:], 0.1) / target[:, 1:].numel()
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    with FlopCounterMode(display=False) as counter:
-        step()
-    flops = counter.get_total_flops()
+    step, flops = training_step(name, batch, length)
     step()  # warm-up
     started = time.perf_counter()
     for _ in range(steps):

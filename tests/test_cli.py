@@ -52,8 +52,8 @@ def test_the_command_line_runs_without_the_optional_extras_and_says_which_to_ins
     assert attnkit("train", "detection", "--help").returncode == 0
     for argv, extra in ((["serve", str(tmp_path)], "serve"), (["export", "onnx", str(tmp_path)], "onnx"),
                         (["export", "hf", str(tmp_path), "--out", str(tmp_path / "hf")], "hf"),
-                        (["detect", str(tmp_path), str(tmp_path), "--out", str(tmp_path / "out"), "--backend", "onnxruntime"],
-                         "onnx")):
+                        (["detect", str(tmp_path), str(tmp_path), "--out", str(tmp_path / "out"),
+                          "--backend", "onnxruntime"], "onnx")):
         result = attnkit(*argv)
         assert result.returncode == 2, (argv, result.stderr)
         assert f"pip install 'attnkit[{extra}]'" in result.stderr and "Traceback" not in result.stderr, result.stderr

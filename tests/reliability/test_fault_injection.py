@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 from fault_child import killable_processes, train
 from torch.testing import assert_close
 
