@@ -76,15 +76,16 @@ def peak_memory_mib(impl: str, length: int, args, device: str, dtype: torch.dtyp
         torch.cuda.synchronize()
         return (torch.cuda.max_memory_allocated() - base) / 2**20
     command = [sys.executable, __file__, "--memory-probe", impl, str(length), "--tokens", str(args.tokens),
-               "--d-model", str(args.d_model), "--heads", str(args.heads)]
+               "--d-model", str(args.d_model), "--heads", str(args.heads), "--cpu-dtype", args.cpu_dtype]
     return float(subprocess.run(command, check=True, capture_output=True, text=True).stdout.strip())
 
 
 def memory_probe(impl: str, length: int, args) -> None:
     """In a fresh process: the rise of peak RSS over one forward+backward (after one warm-up at length 8)."""
-    module = build(impl, args.d_model, args.heads, "cpu", torch.float32).train()
-    run_once(module, torch.randn(1, 8, args.d_model, requires_grad=True), impl, backward=True)
-    x = torch.randn(max(1, args.tokens // length), length, args.d_model, requires_grad=True)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.cpu_dtype]
+    module = build(impl, args.d_model, args.heads, "cpu", dtype).train()
+    run_once(module, torch.randn(1, 8, args.d_model, dtype=dtype, requires_grad=True), impl, backward=True)
+    x = torch.randn(max(1, args.tokens // length), length, args.d_model, dtype=dtype, requires_grad=True)
     before = _high_water_mark_kib()
     run_once(module, x, impl, backward=True)
     print((_high_water_mark_kib() - before) / 1024)
@@ -129,13 +130,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--devices", nargs="+", default=["cpu", "cuda"], choices=["cpu", "cuda"],
-                        help="tables to print: fp32 on the CPU, bf16 on CUDA (when present)")
+                        help="tables to print: the CPU's (--cpu-dtype), bf16 on CUDA (when present)")
+    parser.add_argument("--cpu-dtype", default="fp32", choices=["fp32", "bf16"], help="dtype of the CPU table")
     parser.add_argument("--json", help="also write the rows to this JSON file")
     parser.add_argument("--memory-probe", nargs=2, metavar=("IMPL", "LENGTH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_probe:
         return memory_probe(args.memory_probe[0], int(args.memory_probe[1]), args)
-    rows = table("cpu", torch.float32, args) if "cpu" in args.devices else []
+    cpu_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.cpu_dtype]
+    rows = table("cpu", cpu_dtype, args) if "cpu" in args.devices else []
     if "cuda" in args.devices and torch.cuda.is_available():
         rows += table("cuda", torch.bfloat16, args)
     if args.json:
