@@ -58,3 +58,24 @@ def test_cardinality_error_counts_predicted_objects():
     logits[0, :, 0] = 1.0  # image 0 predicts three objects, has two
     logits[1, :, 2] = 1.0  # image 1 predicts none, has none
     torch.testing.assert_close(cardinality_error(logits, _targets()), torch.tensor(0.5))
+
+
+def test_layers_and_groups_scored_as_one_batch_equal_each_scored_alone():
+    from attnkit.detection.hungarian_matcher import hungarian_match
+
+    torch.manual_seed(0)
+    criterion = SetCriterion(num_classes=3)
+    sets = [{"pred_logits": torch.randn(2, 4, 4), "pred_boxes": torch.rand(2, 4, 4) * 0.4 + 0.3} for _ in range(6)]
+    groups = [{**sets[g * 3 + 2], "aux_outputs": sets[g * 3:g * 3 + 2]} for g in range(2)]
+    losses = criterion.group_losses(groups, _targets())
+    alone = [criterion.layer_losses(s, _targets(), 2.0) for s in sets]
+    for name in ("loss_ce", "loss_bbox", "loss_giou", "class_error"):
+        torch.testing.assert_close(losses[name], alone[2][name])
+        torch.testing.assert_close(losses[f"{name}_0"], alone[0][name])
+    total = sum(criterion.weighted(terms) for terms in alone) / 2
+    torch.testing.assert_close(losses["loss"], total)
+    stacked = hungarian_match(torch.cat([s["pred_logits"] for s in sets]), torch.cat([s["pred_boxes"] for s in sets]),
+                              _targets())
+    for i, s in enumerate(sets):
+        for one, batched in zip(hungarian_match(s["pred_logits"], s["pred_boxes"], _targets()), stacked[2 * i:2 * i + 2]):
+            assert torch.equal(one.queries, batched.queries) and torch.equal(one.objects, batched.objects)

@@ -67,26 +67,31 @@ def hungarian_match(logits: Tensor, boxes: Tensor, targets: Sequence[dict[str, T
     (a variant's classification cost, e.g. the focal one); the paper's by default.
     The costs of the whole batch are one matrix (every query against every object of the batch,
     one computation instead of one per image); each image solves its own block.
+    Several sets of predictions of the same targets (decoder layers, query groups) are matched at once
+    when logits and boxes stack them, (sets * batch, ...) set after set: one match per (set, image).
     """
     cost_matrix = cost_matrix or match_cost_matrix
-    if len(targets) != len(logits):
+    if not len(targets) or len(logits) % len(targets):
+        if not len(targets) and not len(logits):
+            return []
         raise ValueError(f"{len(logits)} images of predictions but {len(targets)} targets")
     sizes = [len(t["labels"]) for t in targets]
     empty = torch.zeros(0, dtype=torch.int64)
     if not sum(sizes):
-        return [Match(empty, empty) for _ in targets]
-    batch, queries = logits.shape[:2]
+        return [Match(empty, empty) for _ in range(len(logits))]
+    queries = logits.shape[1]
     labels = torch.cat([t["labels"] for t in targets]).to(logits.device)
     target_boxes = torch.cat([t["boxes"] for t in targets]).to(boxes.device, torch.float32)
     matrix = cost_matrix(logits.flatten(0, 1).float(), boxes.flatten(0, 1).float(), labels, target_boxes, cost)
     matrix = torch.nan_to_num(matrix, nan=1e8, posinf=1e8, neginf=-1e8)  # a diverged step still matches;
-    blocks = matrix.view(batch, queries, -1).cpu().numpy()                # its loss is non-finite and skipped
-    matches, start = [], 0
-    for image, size in enumerate(sizes):
-        if not size:
+    blocks = matrix.view(len(logits), queries, -1).cpu().numpy()         # its loss is non-finite and skipped
+    starts = [sum(sizes[:image]) for image in range(len(sizes))]
+    matches = []
+    for row in range(len(logits)):
+        image = row % len(targets)
+        if not sizes[image]:
             matches.append(Match(empty, empty))
             continue
-        rows, cols = linear_sum_assignment(blocks[image, :, start:start + size])
+        rows, cols = linear_sum_assignment(blocks[row, :, starts[image]:starts[image] + sizes[image]])
         matches.append(Match(torch.as_tensor(rows, dtype=torch.int64), torch.as_tensor(cols, dtype=torch.int64)))
-        start += size
     return matches

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torchvision.ops import box_convert, generalized_box_iou
+from torchvision.ops import box_convert, generalized_box_iou_loss
 
 from attnkit.detection.hungarian_matcher import Match, MatchCost, hungarian_match
 from attnkit.errors import ConfigError
@@ -37,8 +37,23 @@ class LossWeights:
             raise ConfigError(f"loss weights must be non-negative, got {self}")
 
 
+@dataclass(frozen=True)
+class MatchIndex:
+    """Where the matched queries are in a stack of SETS sets of predictions: each match's (set, image) pair
+    `batch`, its query, and its set."""
+    batch: Tensor  # (matches,) int64
+    query: Tensor  # (matches,) int64
+    set: Tensor  # (matches,) int64
+    sets: int
+
+
 class SetCriterion(nn.Module):
-    """Hungarian matching, then the set loss on the final and every auxiliary decoder output."""
+    """Hungarian matching, then the set loss on the final and every auxiliary decoder output.
+
+    The layers' predictions (and, through `group_losses`, other query groups') are predictions of the same
+    targets: they are matched and scored as one batch of (layer, image) pairs, which gives each layer's
+    terms as if it were scored alone, with one matching and one pass of each loss for all of them.
+    """
 
     def __init__(self, num_classes: int, cost: MatchCost = MatchCost(), weights: LossWeights = LossWeights()) -> None:
         super().__init__()
@@ -51,15 +66,26 @@ class SetCriterion(nn.Module):
         """outputs: {"pred_logits": (batch, queries, classes + 1), "pred_boxes": (batch, queries, 4),
         "aux_outputs": [{...}, ...]}. Returns the weighted total "loss" and each term (final layer
         unsuffixed, auxiliary layer i suffixed `_i`)."""
-        num_boxes = distributed.global_count(sum(len(t["labels"]) for t in targets), outputs["pred_boxes"].device)
-        losses = self.layer_losses(outputs, targets, num_boxes)
-        losses["cardinality_error"] = cardinality_error(outputs["pred_logits"], targets)
-        for i, aux in enumerate(outputs.get("aux_outputs", [])):
-            losses.update({f"{k}_{i}": v for k, v in self.layer_losses(aux, targets, num_boxes).items()})
-        if "enc_outputs" in outputs:  # two-stage detectors' first-stage proposals (variants/query_selection)
-            losses.update({f"{k}_enc": v for k, v in self.layer_losses(outputs["enc_outputs"], targets,
-                                                                         num_boxes).items()})
-        losses["loss"] = self.weighted(losses)
+        return self.group_losses([outputs], targets)
+
+    def group_losses(self, groups: Sequence[dict], targets: Sequence[dict[str, Tensor]]) -> dict[str, Tensor]:
+        """GROUPS: outputs of query groups predicting the same targets, each as `forward` takes it. The first
+        group's terms (and its `enc_outputs`' with the suffix `_enc`), and "loss": the mean over the groups
+        of their weighted totals."""
+        num_boxes = distributed.global_count(sum(len(t["labels"]) for t in targets), groups[0]["pred_boxes"].device)
+        sets = [layer for group in groups for layer in (group, *group.get("aux_outputs", []))]
+        terms = self.set_terms(sets, targets, num_boxes)  # each (sets,)
+        first = groups[0]
+        losses = {k: v[0] for k, v in terms.items()}
+        losses["cardinality_error"] = cardinality_error(first["pred_logits"], targets)
+        for i in range(len(first.get("aux_outputs", []))):
+            losses.update({f"{k}_{i}": v[i + 1] for k, v in terms.items()})
+        total = self.weighted({k: v.sum() for k, v in terms.items()})
+        if "enc_outputs" in first:  # two-stage detectors' first-stage proposals (variants/query_selection)
+            enc = self.layer_losses(first["enc_outputs"], targets, num_boxes)
+            losses.update({f"{k}_enc": v for k, v in enc.items()})
+            total = total + self.weighted(enc)
+        losses["loss"] = total / len(groups)
         return losses
 
     def weighted(self, losses: dict[str, Tensor]) -> Tensor:
@@ -72,47 +98,64 @@ class SetCriterion(nn.Module):
     def layer_losses(self, outputs: dict, targets: Sequence[dict[str, Tensor]], num_boxes: float,
                      matches: Sequence[Match] | None = None) -> dict[str, Tensor]:
         """One layer's classification and box terms, after the optimal matching (or the given MATCHES)."""
-        matches = self.match(outputs, targets) if matches is None else matches
-        return {**self.classification_losses(outputs, targets, matches, num_boxes),
-                **box_losses(outputs["pred_boxes"], targets, matches, num_boxes)}
+        return {k: v[0] for k, v in self.set_terms([outputs], targets, num_boxes, matches).items()}
+
+    def set_terms(self, sets: Sequence[dict], targets: Sequence[dict[str, Tensor]], num_boxes: float,
+                  matches: Sequence[Match] | None = None) -> dict[str, Tensor]:
+        """Each term of each of SETS (predictions of TARGETS, of one shape), as (sets,) tensors: the sets are
+        stacked as one batch of (set, image) pairs, matched together (or by the given one set's MATCHES)."""
+        stacked = {key: torch.cat([s[key] for s in sets]) if len(sets) > 1 else sets[0][key]
+                   for key in self.predictions if key in sets[0]}
+        matches = self.match(stacked, targets) if matches is None else list(matches)  # one per (set, image)
+        every = list(targets) * len(sets)  # the targets of each (set, image) pair
+        batch_index, query_index = _flat_indices(matches)
+        index = MatchIndex(batch_index, query_index, batch_index // len(targets), len(sets))
+        return {**self.classification_terms(stacked, every, matches, index, num_boxes),
+                **box_terms(stacked["pred_boxes"], every, matches, index, num_boxes)}
+
+    predictions = ("pred_logits", "pred_boxes")  # what the terms read of a set
 
     def match(self, outputs: dict, targets: Sequence[dict[str, Tensor]]) -> list[Match]:
-        """The optimal assignment sigma of Eq. 1 for one layer's predictions."""
+        """The optimal assignment sigma of Eq. 1 of each (set, image) of OUTPUTS' (sets * batch) predictions."""
         return hungarian_match(outputs["pred_logits"], outputs["pred_boxes"], targets, self.cost)
 
-    def classification_losses(self, outputs: dict, targets: Sequence[dict[str, Tensor]], matches: Sequence[Match],
-                              num_boxes: int) -> dict[str, Tensor]:
-        """The weighted cross-entropy ("no object" for unmatched queries) and the matched queries' class error."""
-        logits = outputs["pred_logits"]  # (batch, queries, classes + 1)
-        batch_index, query_index = _flat_indices(matches)
+    def classification_terms(self, outputs: dict, targets: Sequence[dict[str, Tensor]], matches: Sequence[Match],
+                             index: MatchIndex, num_boxes: float) -> dict[str, Tensor]:
+        """Per set: the weighted cross-entropy ("no object" for unmatched queries; the weighted mean over the
+        set's queries) and the matched queries' class error."""
+        logits = outputs["pred_logits"]  # (sets * batch, queries, classes + 1)
+        batch_index, query_index = index.batch, index.query
         target_classes = torch.full(logits.shape[:2], self.num_classes, dtype=torch.int64, device=logits.device)
-        matched_labels = torch.cat([t["labels"][m.objects] for t, m in zip(targets, matches)]).to(logits.device)
-        target_classes[batch_index, query_index] = matched_labels  # (batch, queries), no-object elsewhere
-        loss_ce = F.cross_entropy(logits.float().transpose(1, 2), target_classes, self.class_weight.to(logits.device))
-        return {"loss_ce": loss_ce, "class_error": class_error(logits[batch_index, query_index], matched_labels)}
+        matched_labels = matched_targets(targets, matches, "labels").to(logits.device)
+        target_classes[batch_index, query_index] = matched_labels  # (sets * batch, queries), no-object elsewhere
+        weight = self.class_weight.to(logits.device)
+        ce = F.cross_entropy(logits.float().transpose(1, 2), target_classes, weight, reduction="none")
+        loss_ce = ce.view(index.sets, -1).sum(1) / weight[target_classes].view(index.sets, -1).sum(1)
+        return {"loss_ce": loss_ce, "class_error": class_error(logits[batch_index, query_index], matched_labels, index)}
 
 
-def box_losses(boxes: Tensor, targets: Sequence[dict[str, Tensor]], matches: Sequence[Match],
-               num_boxes: int) -> dict[str, Tensor]:
-    """L1 and 1 - GIoU of the matched boxes, each summed and divided by the batch's number of target boxes.
+def box_terms(boxes: Tensor, targets: Sequence[dict[str, Tensor]], matches: Sequence[Match], index: MatchIndex,
+              num_boxes: float) -> dict[str, Tensor]:
+    """Per set: L1 and 1 - GIoU of the matched boxes, each summed and divided by the batch's number of target
+    boxes.
 
-    boxes: (batch, queries, 4) normalised cx, cy, w, h.
+    boxes: (sets * batch, queries, 4) normalised cx, cy, w, h; TARGETS and MATCHES: one per (set, image).
     """
-    batch_index, query_index = _flat_indices(matches)
-    matched = boxes[batch_index, query_index].float()  # (matches, 4)
-    target_boxes = torch.cat([t["boxes"][m.objects] for t, m in zip(targets, matches)]).to(matched)
-    loss_bbox = F.l1_loss(matched, target_boxes, reduction="sum") / num_boxes
-    giou = torch.diag(generalized_box_iou(box_convert(matched, "cxcywh", "xyxy"),
-                                          box_convert(target_boxes, "cxcywh", "xyxy")))
-    return {"loss_bbox": loss_bbox, "loss_giou": (1 - giou).sum() / num_boxes}
+    matched = boxes[index.batch, index.query].float()  # (matches, 4)
+    target_boxes = matched_targets(targets, matches, "boxes").to(matched)
+    l1 = (matched - target_boxes).abs().sum(-1)  # (matches,)
+    giou = generalized_box_iou_loss(box_convert(matched, "cxcywh", "xyxy"), box_convert(target_boxes, "cxcywh", "xyxy"))
+    sums = matched.new_zeros(index.sets, 2).index_add_(0, index.set, torch.stack([l1, giou], -1)) / num_boxes
+    return {"loss_bbox": sums[:, 0], "loss_giou": sums[:, 1]}
 
 
 @torch.no_grad()
-def class_error(matched_logits: Tensor, matched_labels: Tensor) -> Tensor:
-    """100 - accuracy (%) of the matched queries' most likely class; 0 without matches."""
-    if not len(matched_labels):
-        return matched_logits.new_zeros(())
-    return 100 - 100 * (matched_logits.argmax(-1) == matched_labels).float().mean()
+def class_error(matched_logits: Tensor, matched_labels: Tensor, index: MatchIndex) -> Tensor:
+    """Per set (sets,): 100 - accuracy (%) of the matched queries' most likely class; 0 without matches."""
+    correct = (matched_logits.argmax(-1) == matched_labels).float()  # (matches,)
+    right = correct.new_zeros(index.sets).index_add_(0, index.set, correct)
+    count = correct.new_zeros(index.sets).index_add_(0, index.set, torch.ones_like(correct))
+    return torch.where(count > 0, 100 - 100 * right / count.clamp(min=1), 0.0)
 
 
 @torch.no_grad()
@@ -124,5 +167,11 @@ def cardinality_error(logits: Tensor, targets: Sequence[dict[str, Tensor]]) -> T
 
 
 def _flat_indices(matches: Sequence[Match]) -> tuple[Tensor, Tensor]:
+    """(batch index, query index) of every match, image after image."""
     batch = torch.cat([torch.full_like(m.queries, i) for i, m in enumerate(matches)])
     return batch, torch.cat([m.queries for m in matches])
+
+
+def matched_targets(targets: Sequence[dict[str, Tensor]], matches: Sequence[Match], key: str) -> Tensor:
+    """TARGETS' KEY ("labels" or "boxes") of every match, in `_flat_indices`' order."""
+    return torch.cat([t[key][m.objects] for t, m in zip(targets, matches)])

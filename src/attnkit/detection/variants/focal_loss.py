@@ -26,7 +26,7 @@ from torch import Tensor
 from torchvision.ops import box_convert, generalized_box_iou
 
 from attnkit.detection.hungarian_matcher import Match, MatchCost, hungarian_match
-from attnkit.detection.set_criterion import SetCriterion, _flat_indices, class_error
+from attnkit.detection.set_criterion import MatchIndex, SetCriterion, class_error, matched_targets
 
 ALPHA, GAMMA = 0.25, 2.0
 PRIOR_BIAS = -math.log((1 - 0.01) / 0.01)
@@ -69,15 +69,16 @@ def softmax_form(logits: Tensor) -> Tensor:
 class FocalSetCriterion(SetCriterion):
     """DETR's set criterion with the focal classification loss and matching cost (reads `class_logits`)."""
 
+    predictions = ("class_logits", "pred_boxes")
+
     def match(self, outputs: dict, targets: Sequence[dict[str, Tensor]]) -> list[Match]:
         return hungarian_match(outputs["class_logits"], outputs["pred_boxes"], targets, self.cost, focal_cost_matrix)
 
-    def classification_losses(self, outputs: dict, targets: Sequence[dict[str, Tensor]], matches: Sequence[Match],
-                              num_boxes: int) -> dict[str, Tensor]:
-        logits = outputs["class_logits"].float()  # (batch, queries, classes)
-        batch_index, query_index = _flat_indices(matches)
-        matched_labels = torch.cat([t["labels"][m.objects] for t, m in zip(targets, matches)]).to(logits.device)
+    def classification_terms(self, outputs: dict, targets: Sequence[dict[str, Tensor]], matches: Sequence[Match],
+                             index: MatchIndex, num_boxes: float) -> dict[str, Tensor]:
+        logits = outputs["class_logits"].float()  # (sets * batch, queries, classes)
+        matched_labels = matched_targets(targets, matches, "labels").to(logits.device)
         onehot = torch.zeros_like(logits)
-        onehot[batch_index, query_index, matched_labels] = 1.0
-        loss = sigmoid_focal_loss(logits, onehot).sum() / num_boxes * FOCAL_WEIGHT
-        return {"loss_ce": loss, "class_error": class_error(logits[batch_index, query_index], matched_labels)}
+        onehot[index.batch, index.query, matched_labels] = 1.0
+        loss = sigmoid_focal_loss(logits, onehot).view(index.sets, -1).sum(1) / num_boxes * FOCAL_WEIGHT
+        return {"loss_ce": loss, "class_error": class_error(logits[index.batch, index.query], matched_labels, index)}

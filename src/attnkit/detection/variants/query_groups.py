@@ -15,6 +15,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from attnkit.detection.set_criterion import SetCriterion
+
 
 def group_attention_mask(groups: int, queries: int, device: torch.device | None = None) -> Tensor | None:
     """(groups * queries, groups * queries) bool, True where a query may NOT attend (another group).
@@ -35,17 +37,12 @@ def split_groups(per_layer: list[dict[str, Tensor]], groups: int) -> list[list[d
 
 
 class GroupCriterion(nn.Module):
-    """The mean over groups of CRITERION: the first group's outputs, then each of `outputs["group_outputs"]`.
+    """The mean over groups of CRITERION's loss: the first group's outputs, then each of `outputs["group_outputs"]`,
+    matched and scored as one batch (`SetCriterion.group_losses`). The first group's logged terms are kept."""
 
-    The first group's logged terms are kept; "loss" is the mean of the groups' losses.
-    """
-
-    def __init__(self, criterion: nn.Module) -> None:
+    def __init__(self, criterion: SetCriterion) -> None:
         super().__init__()
         self.criterion = criterion
 
     def forward(self, outputs: dict, targets: Sequence[dict[str, Tensor]]) -> dict[str, Tensor]:
-        losses = self.criterion(outputs, targets)
-        others = outputs.get("group_outputs", [])
-        total = losses["loss"] + sum(self.criterion(group, targets)["loss"] for group in others)
-        return {**losses, "loss": total / (1 + len(others))}
+        return self.criterion.group_losses([outputs, *outputs.get("group_outputs", [])], targets)
