@@ -103,10 +103,10 @@ class SetCriterion(nn.Module):
     def set_terms(self, sets: Sequence[dict], targets: Sequence[dict[str, Tensor]], num_boxes: float,
                   matches: Sequence[Match] | None = None) -> dict[str, Tensor]:
         """Each term of each of SETS (predictions of TARGETS, of one shape), as (sets,) tensors: the sets are
-        stacked as one batch of (set, image) pairs, matched together (or by the given one set's MATCHES)."""
+        stacked as one batch of (set, image) pairs, matched together (or all by the given MATCHES, one per image)."""
         stacked = {key: torch.cat([s[key] for s in sets]) if len(sets) > 1 else sets[0][key]
                    for key in self.predictions if key in sets[0]}
-        matches = self.match(stacked, targets) if matches is None else list(matches)  # one per (set, image)
+        matches = self.match(stacked, targets) if matches is None else list(matches) * len(sets)  # per (set, image)
         every = list(targets) * len(sets)  # the targets of each (set, image) pair
         batch_index, query_index = _flat_indices(matches)
         index = MatchIndex(batch_index, query_index, batch_index // len(targets), len(sets))

@@ -129,7 +129,6 @@ class DenoisingCriterion(nn.Module):
         dn = outputs["dn_outputs"]
         device = dn["pred_boxes"].device
         num_boxes = distributed.global_count(sum(len(m.queries) for m in dn["matches"]), device)
-        layers = [self.set_criterion.layer_losses(layer, targets, num_boxes, dn["matches"])
-                  for layer in [*dn["aux_outputs"], dn]]
-        total = sum(self.set_criterion.weighted(terms) for terms in layers)
-        return {**losses, "loss": losses["loss"] + total, **{f"{k}_dn": v.detach() for k, v in layers[-1].items()}}
+        terms = self.set_criterion.set_terms([*dn["aux_outputs"], dn], targets, num_boxes, dn["matches"])  # (layers,)
+        total = self.set_criterion.weighted({k: v.sum() for k, v in terms.items()})
+        return {**losses, "loss": losses["loss"] + total, **{f"{k}_dn": v[-1].detach() for k, v in terms.items()}}
