@@ -10,6 +10,11 @@ by call in one process, eval mode under `torch.inference_mode`, random weights; 
 where training mode keeps them contiguous.
 Part 2, `fast` / DETR: both built from one preset (default `detr-r50`, the paper's size) at one image
 size, alternating. Medians after a warm-up call.
+Part 3 (`--bound`, alone): how close a faster sampling kernel could bring `fast` to DETR at the `small` size.
+`fast` with its deformable attention's sampling made free (the query and value projections still run, the
+attention weights' softmax, the sampling locations and the bilinear sampling are skipped and the output
+projection reads zeros), with the default encoder and with the C5-only one (`encoder_levels=1`), against
+DETR and `fast` as they are; alternating, 96 px, batch 1 and 8.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import torch
 from attnkit.detection.architectures import build_model
 from attnkit.detection.config import DetectionConfig, preset
 from attnkit.detection.task import criterion_of
+from attnkit.detection.variants.multi_scale_deformable_attention import MultiScaleDeformableAttention
 from attnkit.training.fused_optimizer import fused_options
 
 
@@ -81,6 +87,37 @@ def training_step_ms(models: dict[str, torch.nn.Module], config: DetectionConfig
     return median_ms(models, step, repeats)
 
 
+def free_sampling(model: torch.nn.Module) -> torch.nn.Module:
+    """MODEL with every deformable attention's sampling skipped: a lower bound for any kernel that samples."""
+    def forward(self, query, reference, value, shapes, padding=None):
+        self.value_proj(value), self.sampling_offsets(query), self.attention_weights(query)
+        return self.output_proj(query.new_zeros(query.shape))
+
+    for module in model.modules():
+        if isinstance(module, MultiScaleDeformableAttention):
+            module.forward = forward.__get__(module)
+    return model
+
+
+def sampling_bound(repeats: int) -> None:
+    """Part 3: DETR, `fast`, and `fast` with free sampling, default and C5-only encoder; images/s and / DETR."""
+    small = replace(preset("small")[0], num_classes=5)
+    torch.manual_seed(0)
+    models = {"DETR": build_model(replace(small, arch="detr")), "fast": build_model(small),
+              "fast, free sampling": free_sampling(build_model(small)),
+              "fast C5-only encoder": build_model(replace(small, encoder_levels=1)),
+              "fast C5-only encoder, free sampling": free_sampling(build_model(replace(small, encoder_levels=1)))}
+    for model in models.values():
+        model.eval()
+    print("| model (`small`, 96 px) | batch 1 images/s | / DETR | batch 8 images/s | / DETR |\n"
+          "| --- | ---: | ---: | ---: | ---: |")
+    speed = {batch: {name: 1000 * batch / ms for name, ms in inference_ms(models, 96, batch, repeats).items()}
+             for batch in (1, 8)}
+    for name in models:
+        print(f"| {name} | " + " | ".join(f"{speed[b][name]:.1f} | {speed[b][name] / speed[b]['DETR']:.2f}x"
+                                            for b in (1, 8)) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=30)
@@ -88,10 +125,13 @@ def main() -> None:
     parser.add_argument("--paper-size", type=int, default=800)
     parser.add_argument("--paper-repeats", type=int, default=4)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--bound", action="store_true", help="part 3 alone: fast with free sampling")
     args = parser.parse_args()
     if args.quick:
         args.repeats, args.paper_preset, args.paper_size, args.paper_repeats = 2, "small", 128, 1
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads\n")
+    if args.bound:
+        return sampling_bound(args.repeats)
     small = replace(preset("small")[0], num_classes=5)
     paper = preset(args.paper_preset)[0]
     print("| model, image, batch | NCHW weights ms | channels-last ms | speed-up |\n| --- | ---: | ---: | ---: |")
