@@ -18,3 +18,34 @@ def test_cuda_check_runs_every_part_on_the_cpu_without_a_failure(tmp_path):
         "## 7. translation training step, MFU"]
     assert "FAIL" not in done.stdout, done.stdout
     assert "4 workers give the same tensors: True" in done.stdout and "| math | fp32 | ok" in done.stdout
+
+
+def test_the_sampling_bound_skips_only_the_sampling(monkeypatch):
+    """detector_inference.py --bound: `fast` with free sampling never samples, and keeps its output's form."""
+    import importlib.util
+    from dataclasses import replace
+
+    import torch
+
+    from attnkit.detection.architectures import build_model
+    from attnkit.detection.config import preset
+    from attnkit.detection.variants import multi_scale_deformable_attention
+
+    spec = importlib.util.spec_from_file_location("detector_inference", ROOT / "benchmarks" / "detector_inference.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    config = replace(preset("tiny")[0], arch="fast", num_classes=3)
+    images, mask = torch.randn(2, 3, 64, 64), torch.zeros(2, 64, 64, dtype=torch.bool)
+    torch.manual_seed(0)
+    real = build_model(config).eval()
+    free = script.free_sampling(build_model(config).eval())
+    with torch.inference_mode():
+        expected = real(images, mask)
+
+        def sampling(*args):
+            raise AssertionError("the bound sampled")
+
+        monkeypatch.setattr(multi_scale_deformable_attention, "deformable_sampling", sampling)
+        got = free(images, mask)
+    assert {k: v.shape for k, v in got.items() if torch.is_tensor(v)} == \
+        {k: v.shape for k, v in expected.items() if torch.is_tensor(v)}
