@@ -109,6 +109,27 @@ def test_group_attention_mask_is_block_diagonal():
     assert group_attention_mask(1, 5) is None
 
 
+def test_groups_stacked_along_the_batch_attend_as_under_the_block_diagonal_mask():
+    """Both decoder layers (deformable, and DETR's behind its adapter): GROUPS=3 equals one sequence under
+    `group_attention_mask`, outputs and gradients."""
+    torch.manual_seed(0)
+    model = build_model(_tiny(query_groups=3, two_stage=False))
+    dense = build_model(_tiny(query_groups=3, two_stage=False, deformable_attention=False, encoder_levels=3))
+    images, mask, _ = _inputs()
+    for detector in (model, dense):
+        levels = detector.input_proj(detector.backbone(images, mask))
+        layer = detector.decoder.layers[0]
+        x, query_pos = torch.randn(2, 12, 32, requires_grad=True), torch.randn(2, 12, 32)
+        reference = torch.rand(2, 12, len(levels.shapes), 4)
+        memory = levels.src.detach()
+        common = (reference, memory, levels.pos, levels.key_padding, levels.shapes)
+        stacked = layer(x, query_pos, *common, None, 3)
+        masked = layer(x, query_pos, *common, group_attention_mask(3, 4), 1)
+        torch.testing.assert_close(stacked, masked)
+        grads = [torch.autograd.grad(out.square().sum(), x)[0] for out in (stacked, masked)]
+        torch.testing.assert_close(*grads)
+
+
 def test_box_refinement_starts_from_the_anchors_and_adds_corrections():
     torch.manual_seed(0)
     model = build_model(_tiny(query_groups=1, two_stage=False)).eval()

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from attnkit.detection.variants.multi_scale_deformable_attention import MultiScaleDeformableAttention
 from attnkit.detection.variants.multi_scale_features import FlatLevels
+from attnkit.detection.variants.query_groups import stack_groups, unstack_groups
 from attnkit.nn import MultiHeadAttention
 from attnkit.nn.dropout import Dropout
 
@@ -104,11 +105,14 @@ class DeformableDecoderLayer(nn.Module):
         self.ffn = FeedForward(d_model, dim_feedforward, dropout)
 
     def forward(self, x: Tensor, query_pos: Tensor, reference: Tensor, memory: Tensor, pos: Tensor,
-                padding: Tensor | None, shapes: Sequence[tuple[int, int]], self_mask: Tensor | None) -> Tensor:
+                padding: Tensor | None, shapes: Sequence[tuple[int, int]], self_mask: Tensor | None,
+                groups: int = 1) -> Tensor:
         """x, query_pos: (batch, queries, d_model); reference: (batch, queries, levels, 2 or 4); memory:
-        (batch, keys, d_model); self_mask: (queries, queries) True = not allowed. `pos` is unused: the
-        sampling locations carry the positions."""
-        q = k = x + query_pos
-        x = self.norm1(x + self.dropout1(self.self_attn(q, k, x, attn_mask=self_mask, need_weights=False)[0]))
+        (batch, keys, d_model); self_mask: (queries, queries) True = not allowed, or GROUPS > 1 groups of
+        consecutive queries, each attending within its own group only. `pos` is unused: the sampling
+        locations carry the positions."""
+        q = stack_groups(x + query_pos, groups)  # (batch * groups, queries / groups, d_model)
+        attended = self.self_attn(q, q, stack_groups(x, groups), attn_mask=self_mask, need_weights=False)[0]
+        x = self.norm1(x + self.dropout1(unstack_groups(attended, groups)))
         x = self.norm2(x + self.dropout2(self.cross_attn(x + query_pos, reference, memory, shapes, padding)))
         return self.ffn(x)  # (batch, queries, d_model)

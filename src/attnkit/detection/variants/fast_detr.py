@@ -67,7 +67,10 @@ class DenseDecoderLayer(nn.Module):
         self.layer = layer
 
     def forward(self, x: Tensor, query_pos: Tensor, reference: Tensor | None, memory: Tensor, pos: Tensor,
-                padding: Tensor | None, shapes: Sequence[tuple[int, int]], self_mask: Tensor | None) -> Tensor:
+                padding: Tensor | None, shapes: Sequence[tuple[int, int]], self_mask: Tensor | None,
+                groups: int = 1) -> Tensor:
+        if groups > 1:  # the groups apart by a mask (the layer's cross-attention reads one memory per image)
+            self_mask = group_attention_mask(groups, x.shape[1] // groups, x.device)
         return self.layer(x, memory, tgt_mask=self_mask, memory_key_padding_mask=padding, pos=pos,
                           query_pos=query_pos)  # (batch, queries, d_model)
 
@@ -81,9 +84,11 @@ class QueryDecoder(nn.Module):
         self.layers, self.norm, self.queries = nn.ModuleList(layers), norm, queries
 
     def forward(self, memory: Tensor, levels: FlatLevels, num_queries: int, self_mask: Tensor | None,
-                reference: Tensor | None = None, denoising: DenoisingQueries | None = None) -> tuple[Tensor, Tensor]:
+                reference: Tensor | None = None, denoising: DenoisingQueries | None = None,
+                groups: int = 1) -> tuple[Tensor, Tensor]:
         """memory: (batch, keys, d_model) -> hidden states (layers, batch, queries, d_model) and boxes
         (layers, batch, queries, 4), each layer's output through the shared final norm (DETR).
+        groups: the queries form this many groups that attend apart (given without `self_mask`).
         reference: the first boxes (batch, queries, 4) when chosen per image (two-stage), else the queries' own.
         denoising: training queries placed before the NUM_QUERIES others (their content and boxes are given)."""
         batch = len(memory)
@@ -97,7 +102,7 @@ class QueryDecoder(nn.Module):
         for index, layer in enumerate(self.layers):
             query_pos = self.queries.query_pos(reference, batch, num_queries)  # (batch, queries, d_model)
             x = layer(x, query_pos, level_reference(reference, levels), memory, levels.pos, levels.key_padding,
-                      levels.shapes, self_mask)
+                      levels.shapes, self_mask, groups)
             hidden.append(self.norm(x))
             boxes.append(self.queries.boxes(index, hidden[-1], reference))
             reference = boxes[-1].detach() if self.queries.refines else reference
@@ -137,16 +142,19 @@ class FastDETR(nn.Module):
         levels = self.input_proj(self.backbone(images, mask))
         memory = self.encoder(levels)
         groups = self.groups if self.training else 1
-        self_mask = group_attention_mask(groups, self.num_queries, memory.device)
+        self_mask, apart = None, groups  # each group's self-attention apart: the groups stacked along the batch
         denoising = None
         if self.denoising is not None and self.training and targets is not None:
-            denoising = self.denoising(targets)
-            self_mask = denoising_attention_mask(denoising, self_mask, groups * self.num_queries, memory.device)
+            denoising = self.denoising(targets)  # one sequence, where a mask keeps groups and denoising apart
+            group_mask = group_attention_mask(groups, self.num_queries, memory.device)
+            self_mask = denoising_attention_mask(denoising, group_mask, groups * self.num_queries, memory.device)
+            apart = 1
         reference = None
         if self.proposals is not None:  # every group starts from the same proposals
             enc_logits, enc_boxes, _, reference = self.proposals(memory, levels, self.num_queries)
             reference = reference.repeat(1, groups, 1)
-        hidden, boxes = self.decoder(memory, levels, groups * self.num_queries, self_mask, reference, denoising)
+        hidden, boxes = self.decoder(memory, levels, groups * self.num_queries, self_mask, reference, denoising,
+                                     apart)
         logits = self.class_embed(hidden)  # (layers, batch, [denoising +] groups * queries, classes [+ 1])
         per_layer = [self._layer_output(l, b) for l, b in zip(logits, boxes)]
         if denoising is not None:
