@@ -9,6 +9,7 @@ solved per image with SciPy's `linear_sum_assignment` (the Hungarian algorithm).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -71,9 +72,9 @@ def hungarian_match(logits: Tensor, boxes: Tensor, targets: Sequence[dict[str, T
     when logits and boxes stack them, (sets * batch, ...) set after set: one match per (set, image).
     """
     cost_matrix = cost_matrix or match_cost_matrix
+    if not len(targets) and not len(logits):
+        return []
     if not len(targets) or len(logits) % len(targets):
-        if not len(targets) and not len(logits):
-            return []
         raise ValueError(f"{len(logits)} images of predictions but {len(targets)} targets")
     sizes = [len(t["labels"]) for t in targets]
     empty = torch.zeros(0, dtype=torch.int64)
@@ -85,7 +86,7 @@ def hungarian_match(logits: Tensor, boxes: Tensor, targets: Sequence[dict[str, T
     matrix = cost_matrix(logits.flatten(0, 1).float(), boxes.flatten(0, 1).float(), labels, target_boxes, cost)
     matrix = torch.nan_to_num(matrix, nan=1e8, posinf=1e8, neginf=-1e8)  # a diverged step still matches;
     blocks = matrix.view(len(logits), queries, -1).cpu().numpy()         # its loss is non-finite and skipped
-    starts = [sum(sizes[:image]) for image in range(len(sizes))]
+    starts = [0, *itertools.accumulate(sizes)]  # each image's first column
     matches = []
     for row in range(len(logits)):
         image = row % len(targets)
