@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
+import torchvision
 from torch import Tensor
 
 from torchvision.ops import box_convert, generalized_box_iou
@@ -34,12 +35,8 @@ FOCAL_WEIGHT = 2.0  # Deformable DETR's classification weight (cost and loss) re
 
 
 def sigmoid_focal_loss(logits: Tensor, targets: Tensor, alpha: float = ALPHA, gamma: float = GAMMA) -> Tensor:
-    """Elementwise FL of logits and {0, 1} targets of the same shape."""
-    prob = logits.sigmoid()
-    ce = F.binary_cross_entropy_with_logits(logits, targets, reduction="none")
-    p_t = prob * targets + (1 - prob) * (1 - targets)
-    alpha_t = alpha * targets + (1 - alpha) * (1 - targets)
-    return alpha_t * (1 - p_t) ** gamma * ce
+    """Elementwise FL of logits and {0, 1} targets of the same shape (torchvision's, with these defaults)."""
+    return torchvision.ops.sigmoid_focal_loss(logits, targets, alpha, gamma, reduction="none")
 
 
 def focal_cost_matrix(logits: Tensor, boxes: Tensor, labels: Tensor, target_boxes: Tensor,
