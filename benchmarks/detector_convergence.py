@@ -17,6 +17,8 @@ fields of `DetrConfig` differ:
                          it needs boxes to refine), focal (softmax cross-entropy), groups
                          (query_groups=1), lite-encoder (the encoder updates every level's tokens)
     fast-encoder-c5      the encoder updates C5 alone instead of C4 and C5
+    fast-c5              the ResNet runs to C5 (layer4) as DETR's, instead of stopping after C4
+                         and making the stride-32 level by a 3x3 stride-2 convolution of C4
 
 Datasets: `shapes` (built in: 5 filled shape classes, 0-4 objects, 128 px square images) and
 `marks`, written here in COCO layout and read like any user dataset: 4 other object kinds (rings,
@@ -56,6 +58,7 @@ VARIANTS = {
     "fast-no-deformable": ["model.arch=fast", "model.deformable_attention=false", "model.encoder_levels=3"],
     "fast-no-lite-encoder": ["model.arch=fast", "model.encoder_levels=3"],
     "fast-encoder-c5": ["model.arch=fast", "model.encoder_levels=1"],
+    "fast-c5": ["model.arch=fast", "model.last_stage=5"],
     "fast-no-two-stage": ["model.arch=fast", "model.two_stage=false"],
     "fast-no-refinement": ["model.arch=fast", "model.box_refinement=false", "model.two_stage=false"],
     "fast-no-focal": ["model.arch=fast", "model.focal_loss=false"],
@@ -254,7 +257,8 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=15.0, help="training minutes per run")
     parser.add_argument("--eval-every", type=float, default=1.0, help="minutes between validations")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
-    parser.add_argument("--datasets", nargs="+", default=["shapes", "marks"], choices=["shapes", "marks"])
+    parser.add_argument("--datasets", nargs="*", default=["shapes", "marks"], choices=["shapes", "marks"],
+                        help="none: the inference timings alone")
     parser.add_argument("--second-dataset-variants", nargs="+", default=["detr", "fast"], choices=list(VARIANTS),
                         help="the runs on `marks` (the ablations run on shapes)")
     parser.add_argument("--speed-images", type=int, default=30)

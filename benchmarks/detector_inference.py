@@ -13,8 +13,8 @@ size, alternating. Medians after a warm-up call.
 Part 3 (`--bound`, alone): how close a faster sampling kernel could bring `fast` to DETR at the `small` size.
 `fast` with its deformable attention's sampling made free (the query and value projections still run, the
 attention weights' softmax, the sampling locations and the bilinear sampling are skipped and the output
-projection reads zeros), with the default encoder and with the C5-only one (`encoder_levels=1`), against
-DETR and `fast` as they are; alternating, 96 px, batch 1 and 8.
+projection reads zeros), as the preset builds it (the ResNet stopping after C4) and with the ResNet run to
+C5 as DETR's (`last_stage=5`), against DETR and both as they are; alternating, 96 px, batch 1 and 8.
 """
 
 from __future__ import annotations
@@ -102,13 +102,13 @@ def free_sampling(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def sampling_bound(repeats: int) -> None:
-    """Part 3: DETR, `fast`, and `fast` with free sampling, default and C5-only encoder; images/s and / DETR."""
+    """Part 3: DETR, `fast`, and `fast` with free sampling, as preset and with the ResNet to C5; images/s, / DETR."""
     small = replace(preset("small")[0], num_classes=5)
     torch.manual_seed(0)
     models = {"DETR": build_model(replace(small, arch="detr")), "fast": build_model(small),
               "fast, free sampling": free_sampling(build_model(small)),
-              "fast C5-only encoder": build_model(replace(small, encoder_levels=1)),
-              "fast C5-only encoder, free sampling": free_sampling(build_model(replace(small, encoder_levels=1)))}
+              "fast, ResNet to C5": build_model(replace(small, last_stage=5)),
+              "fast, ResNet to C5, free sampling": free_sampling(build_model(replace(small, last_stage=5)))}
     for model in models.values():
         model.eval()
     print("| model (`small`, 96 px) | batch 1 images/s | / DETR | batch 8 images/s | / DETR |\n"

@@ -5,7 +5,8 @@ torchvision's layer names (conv1, bn1, layer1..layer4), as facebookresearch/detr
 does, so `backbone.0.body.*` of a DETR checkpoint loads unchanged. Trained from scratch it uses
 ordinary, trainable BatchNorm; from a pretrained weights file the user supplies, it uses
 FrozenBatchNorm2d (statistics and affine terms fixed) and, as DETR, leaves conv1 and layer1
-frozen. With `dilation` the last stage is dilated (DC5: stride 16). Nothing is downloaded.
+frozen. With `dilation` the last stage is dilated (DC5: stride 16). With `last_stage=4` the ResNet
+stops after C4 (stride 16): layer4 is neither built nor run. Nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ from attnkit.nn import PositionEmbeddingSine2D
 
 
 class Backbone(nn.Module):
-    """images (batch, 3, height, width) -> features (batch, channels, height / 32, width / 32)."""
+    """images (batch, 3, height, width) -> features (batch, channels, height / stride, width / stride)."""
 
     def __init__(self, name: str, dilation: bool = False, frozen_batchnorm: bool = False,
-                 weights: Path | None = None) -> None:
+                 weights: Path | None = None, last_stage: int = 5) -> None:
         super().__init__()
         frozen_batchnorm = frozen_batchnorm or weights is not None
         norm_layer = FrozenBatchNorm2d if frozen_batchnorm else nn.BatchNorm2d
@@ -39,9 +40,10 @@ class Backbone(nn.Module):
             for parameter_name, parameter in resnet.named_parameters():
                 if not parameter_name.startswith(("layer2", "layer3", "layer4")):
                     parameter.requires_grad_(False)
-        self.body = IntermediateLayerGetter(resnet, return_layers={"layer4": "0"})
-        self.num_channels = 512 if name in ("resnet18", "resnet34") else 2048
-        self.stride = 16 if dilation else 32
+        # the layers after the returned one are dropped (C5 = layer4, C4 = layer3)
+        self.body = IntermediateLayerGetter(resnet, return_layers={f"layer{last_stage - 1}": "0"})
+        self.num_channels = 2 ** (last_stage + 4) * (1 if name in ("resnet18", "resnet34") else 4)
+        self.stride = 16 if dilation or last_stage == 4 else 32
 
     def train(self, mode: bool = True) -> Backbone:
         """Set the mode, and lay the convolution weights out for it: channels-last for inference, contiguous

@@ -34,7 +34,9 @@ class DetrConfig:
     pre_norm: bool = False  # the paper is post-norm
     aux_loss: bool = True  # a loss after every decoder layer (section 3.2)
     # read by `fast` only (attnkit.detection.variants); each switches one technique off, for ablations
-    feature_levels: int = 3  # ResNet stages read: 1 = C5 alone (DETR), 3 = C3, C4, C5
+    feature_levels: int = 3  # ResNet stages read: 1 = C5 alone (DETR), 3 = C3, C4, C5; levels past the
+    # backbone's last stage are made from it by stride-2 convolutions (Deformable DETR's fourth level)
+    last_stage: int = 5  # the backbone's deepest stage: 5 = C5 (DETR); 4 = the ResNet stops after C4
     deformable_attention: bool = True  # multi-scale deformable attention (Zhu et al. 2021) instead of full
     deformable_points: int = 4  # sampled points per head and level
     encoder_levels: int = 2  # the deformable encoder updates the coarsest N levels (C4, C5), reading all
@@ -71,9 +73,13 @@ class DetrConfig:
                               "set model.denoising_groups=0 to ablate refinement")
         if not 0 <= self.dropout < 1:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
-        if not 1 <= self.feature_levels <= 3 or self.deformable_points < 1 or self.query_groups < 1:
-            raise ConfigError(f"feature_levels must be in 1..3, deformable_points and query_groups at least 1, got "
+        if not 1 <= self.feature_levels <= 4 or self.deformable_points < 1 or self.query_groups < 1:
+            raise ConfigError(f"feature_levels must be in 1..4, deformable_points and query_groups at least 1, got "
                               f"{self.feature_levels}, {self.deformable_points}, {self.query_groups}")
+        if self.last_stage not in (4, 5):
+            raise ConfigError(f"last_stage must be 5 (C5) or 4 (the ResNet stops after C4), got {self.last_stage}")
+        if self.last_stage == 4 and self.dilation and self.arch != "detr":
+            raise ConfigError("dilation (DC5) dilates C5, which last_stage=4 does not build; set one of them")
         if self.denoising_groups < 0:
             raise ConfigError(f"denoising_groups must be 0 (off) or more, got {self.denoising_groups}")
 
@@ -165,8 +171,10 @@ def _tuple(value: Any) -> Any:
     return tuple(value) if isinstance(value, list) else value
 
 
+# the ResNet stops after C4: on 96 px images C5 is 3 x 3 cells, yet layer4 holds 8.4M of ResNet-18's 11.2M weights
+# and half of its inference time (BENCHMARKS.md, "A backbone that stops after C4")
 _SMALL_MODEL = DetrConfig(arch="fast", backbone="resnet18", hidden_dim=128, num_heads=8, enc_layers=2, dec_layers=2,
-                          dim_feedforward=512, dropout=0.0, num_queries=15)
+                          dim_feedforward=512, dropout=0.0, num_queries=15, last_stage=4)
 # one scale, no crop, the drop at 80%: for budgets of minutes (BENCHMARKS.md, "Detector convergence")
 _SMALL_TRAIN = DetectionTrainConfig(lr=3e-4, lr_backbone=3e-4, clip_max_norm=0.1, batch_size=4, lr_drop=0.8,
                                     train_scales=(96,), max_size=160, val_size=96, crop_min_fraction=1.0)

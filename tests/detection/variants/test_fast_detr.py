@@ -14,12 +14,13 @@ from attnkit.detection.variants.multi_scale_features import level_geometry
 from attnkit.detection.variants.query_groups import group_attention_mask
 from attnkit.errors import ConfigError
 
-ALL_OFF = dict(feature_levels=1, deformable_attention=False, box_refinement=False, focal_loss=False, query_groups=1,
-               two_stage=False, denoising_groups=0)
+ALL_OFF = dict(feature_levels=1, last_stage=5, deformable_attention=False, box_refinement=False, focal_loss=False,
+               query_groups=1, two_stage=False, denoising_groups=0)
 OPTIONS = [{}, dict(feature_levels=1), dict(deformable_attention=False, encoder_levels=3), dict(encoder_levels=3),
            dict(encoder_levels=1),
            dict(box_refinement=False, two_stage=False, denoising_groups=0), dict(focal_loss=False),
-           dict(query_groups=1), dict(two_stage=False), dict(denoising_groups=2), ALL_OFF]
+           dict(query_groups=1), dict(two_stage=False), dict(denoising_groups=2), dict(last_stage=5),
+           dict(feature_levels=4), ALL_OFF]
 
 
 def _tiny(**fields) -> DetrConfig:
@@ -173,7 +174,11 @@ def test_evaluation_pairs_keep_the_best_query_class_pairs_with_their_query_box()
 
 def test_config_refuses_impossible_technique_settings():
     with pytest.raises(ConfigError, match="feature_levels"):
-        DetrConfig(feature_levels=4)
+        DetrConfig(feature_levels=5)
+    with pytest.raises(ConfigError, match="last_stage"):
+        DetrConfig(last_stage=3)
+    with pytest.raises(ConfigError, match="dilation"):
+        DetrConfig(arch="fast", dilation=True, last_stage=4)
     with pytest.raises(ConfigError, match="query_groups"):
         DetrConfig(query_groups=0)
     with pytest.raises(ConfigError, match="two_stage"):
@@ -221,6 +226,24 @@ def test_two_stage_starts_every_group_from_the_best_proposals_and_trains_them():
 def _memory(model, images, mask):
     levels = model.input_proj(model.backbone(images, mask))
     return model.encoder(levels), levels
+
+
+def test_a_backbone_stopping_after_c4_makes_the_stride_32_level_by_a_convolution():
+    torch.manual_seed(0)
+    model = build_model(_tiny(last_stage=4)).eval()
+    body = model.backbone[0].body
+    assert "layer4" not in body and list(body.return_layers) == ["layer2", "layer3"]
+    images, mask = torch.randn(2, 3, 72, 100), torch.zeros(2, 72, 100, dtype=torch.bool)
+    with torch.no_grad():
+        levels = model.input_proj(model.backbone(images, mask))
+        assert levels.shapes == ((9, 13), (5, 7), (3, 4))  # strides 8, 16, 32 (the last: ceil of half of C4)
+        made = model.input_proj.proj[2](body(images)["1"])  # a 3x3 stride-2 convolution and GroupNorm of C4
+        torch.testing.assert_close(levels.src[:, -12:], made.flatten(2).transpose(1, 2))
+    assert model(images, mask)["pred_boxes"].shape == (2, 10, 4)
+    d = model.input_proj.proj[0][0].out_channels
+    for last_stage, read in ((5, [128, 256, 512, 512]), (4, [128, 256, 256, d])):  # a fourth level: from the third
+        four = build_model(_tiny(feature_levels=4, last_stage=last_stage))
+        assert [proj[0].in_channels for proj in four.input_proj.proj] == read
 
 
 def test_an_unpadded_batch_geometry_is_kept_per_size_and_changes_nothing():

@@ -1,6 +1,7 @@
 """`fast`: DETR's set prediction with the techniques that make it converge fast (`--arch fast`).
 
-    levels   = CNN(image)[C3, C4, C5]                  multi_scale_features (strides 8, 16, 32)
+    levels   = CNN(image)[C3, C4], Conv(C4)            multi_scale_features (strides 8, 16, 32; the ResNet
+                                                        stops after C4, `last_stage=4`, in the `small` preset)
     memory   = Encoder(levels)                          deformable self-attention (linear in pixels)
                updating C4, C5 only (C3 read)            lite_encoder (encoder_levels)
     boxes_0  = learned anchor boxes                     box_refinement
@@ -11,7 +12,7 @@
     boxes_0  = the best encoder proposals, instead      query_selection (two-stage)
     training: + noised copies of the targets to rebuild  denoising_queries (DN-DETR / DINO)
 
-Each technique is one module, switched off by one `DetrConfig` field (`feature_levels=1`,
+Each technique is one module, switched off by one `DetrConfig` field (`feature_levels=1`, `last_stage=5`,
 `deformable_attention`, `encoder_levels=3`, `box_refinement`, `focal_loss`, `query_groups=1`, `two_stage`,
 `denoising_groups=0`); with all of them off
 this model computes DETR (`attnkit.detection.detr`) exactly, from the same building blocks. Its
@@ -185,8 +186,8 @@ def build_fast_detr(config: DetrConfig, backbone_weights: Path | None = None) ->
     """FastDETR from its config; the technique fields choose the modules."""
     d, levels = config.hidden_dim, config.feature_levels
     position = PositionEmbeddingSine2D(d // 2, normalize=True)
-    backbone = MultiScaleJoiner(Backbone(config.backbone, config.dilation, config.frozen_batchnorm, backbone_weights),
-                                position, levels)
+    backbone = MultiScaleJoiner(Backbone(config.backbone, config.dilation, config.frozen_batchnorm, backbone_weights,
+                                         config.last_stage), position, levels)
     if config.deformable_attention:
         sizes = (d, config.num_heads, config.dim_feedforward, config.dropout, levels, config.deformable_points)
         encoder_layers = [DeformableEncoderLayer(*sizes) for _ in range(config.enc_layers)]
@@ -202,7 +203,7 @@ def build_fast_detr(config: DetrConfig, backbone_weights: Path | None = None) ->
     proposals = EncoderProposals(d, config.num_classes, config.focal_loss) if config.two_stage else None
     denoising = (DenoisingGenerator(config.num_classes, d, config.denoising_groups)
                  if config.denoising_groups else None)
-    return FastDETR(backbone, LevelProjection(backbone.num_channels, d), encoder,
+    return FastDETR(backbone, LevelProjection(backbone.num_channels, d, backbone.made_levels), encoder,
                     QueryDecoder(layers, nn.LayerNorm(d), queries), config.num_classes, config.num_queries,
                     config.query_groups, config.focal_loss, config.aux_loss, proposals, denoising)
 

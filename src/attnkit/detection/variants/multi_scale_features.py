@@ -1,9 +1,13 @@
 """Multi-scale feature maps (Zhu et al. 2021, Deformable DETR, section 4.1 and Figure 4).
 
 DETR reads only the ResNet's stride-32 map (C5): on small images that is a few cells, and small
-objects fall between them. Here the backbone returns the last L stages (L = 3: C3, C4, C5 at
+objects fall between them. Here the backbone returns its last L stages (L = 3: C3, C4, C5 at
 strides 8, 16, 32); each is projected to d_model by a 1x1 convolution with GroupNorm, a learned
 level embedding tells the levels apart, and the maps are flattened into one sequence of keys.
+Levels beyond the backbone's last stage are made as Deformable DETR makes its fourth (C6): a 3x3
+stride-2 convolution with GroupNorm on the last stage, then on each made level. A backbone that
+stops after C4 (`last_stage=4`) thus still gives strides 8, 16, 32, the last from one convolution
+instead of ResNet's layer4.
 With one level this is DETR's input exactly: C5, a plain 1x1 convolution, no level embedding.
 """
 
@@ -78,21 +82,26 @@ class FlatLevels:
 
 
 class MultiScaleJoiner(nn.Sequential):
-    """Backbone returning the last LEVELS stages, and the sine positions; `backbone.0.body` as DETR's."""
+    """Backbone returning its last LEVELS stages (or all it has, the rest `made_levels`), and the sine
+    positions; `backbone.0.body` as DETR's."""
 
     def __init__(self, backbone: Backbone, position_embedding: PositionEmbeddingSine2D, levels: int) -> None:
         super().__init__(backbone, position_embedding)
-        backbone.body.return_layers = {stage: str(i) for i, stage in enumerate(STAGES[-levels:])}
-        widths = {"layer2": 128, "layer3": 256, "layer4": 512}
-        scale = 1 if backbone.num_channels == 512 else 4  # bottleneck ResNets are 4 times wider
-        self.num_channels = [widths[stage] * scale for stage in STAGES[-levels:]]
+        stages = [stage for stage in STAGES if stage in backbone.body][-levels:]
+        backbone.body.return_layers = {stage: str(i) for i, stage in enumerate(stages)}
+        scale = 4 if backbone.num_channels in (1024, 2048) else 1  # bottleneck ResNets are 4 times wider
+        self.num_channels = [{"layer2": 128, "layer3": 256, "layer4": 512}[stage] * scale for stage in stages]
+        self.made_levels = levels - len(stages)  # coarser levels, made by `LevelProjection`
         self._kept: dict[tuple, LevelGeometry] = {}
 
     def forward(self, images: Tensor, mask: Tensor) -> tuple[list[Tensor], LevelGeometry]:
-        """images (batch, 3, H, W), mask (batch, H, W) True on padding -> per level, finest first,
-        features (batch, channels, h, w), and the levels' geometry."""
+        """images (batch, 3, H, W), mask (batch, H, W) True on padding -> per stage, finest first,
+        features (batch, channels, h, w), and the geometry of all levels (the made ones halve the last)."""
         features = list(self[0].body(images).values())
-        return features, self.geometry(mask, tuple((f.shape[-2], f.shape[-1]) for f in features))
+        shapes = [(f.shape[-2], f.shape[-1]) for f in features]
+        for _ in range(self.made_levels):  # a 3x3 convolution of stride 2 and padding 1
+            shapes.append(((shapes[-1][0] + 1) // 2, (shapes[-1][1] + 1) // 2))
+        return features, self.geometry(mask, tuple(shapes))
 
     def geometry(self, mask: Tensor, shapes: tuple[tuple[int, int], ...]) -> LevelGeometry:
         """The levels' geometry; an unpadded batch's is kept per size and reused (it holds no gradients)."""
@@ -108,19 +117,28 @@ class MultiScaleJoiner(nn.Sequential):
 
 
 class LevelProjection(nn.Module):
-    """Per level: 1x1 convolution to d_model (+ GroupNorm when multi-scale); level embeddings; flattening."""
+    """Per stage: 1x1 convolution to d_model (+ GroupNorm when multi-scale); then MADE coarser levels, each a
+    3x3 stride-2 convolution with GroupNorm of the level before (the last stage's features for the first);
+    level embeddings; flattening."""
 
-    def __init__(self, in_channels: list[int], d_model: int) -> None:
+    def __init__(self, in_channels: list[int], d_model: int, made: int = 0) -> None:
         super().__init__()
-        multi = len(in_channels) > 1
-        self.proj = nn.ModuleList(
-            nn.Sequential(nn.Conv2d(c, d_model, 1), *([nn.GroupNorm(32 if d_model % 32 == 0 else 8, d_model)]
-                                                      if multi else [])) for c in in_channels)
-        self.level_embed = nn.Parameter(torch.randn(len(in_channels), d_model) * 0.02) if multi else None
+        multi = len(in_channels) + made > 1
+
+        def projection(conv: nn.Conv2d) -> nn.Sequential:
+            return nn.Sequential(conv, *([nn.GroupNorm(32 if d_model % 32 == 0 else 8, d_model)] if multi else []))
+
+        made_from = [in_channels[-1]] + [d_model] * (made - 1) if made else []
+        self.proj = nn.ModuleList([projection(nn.Conv2d(c, d_model, 1)) for c in in_channels]
+                                  + [projection(nn.Conv2d(c, d_model, 3, stride=2, padding=1)) for c in made_from])
+        self.level_embed = nn.Parameter(torch.randn(len(self.proj), d_model) * 0.02) if multi else None
 
     def forward(self, inputs: tuple[list[Tensor], LevelGeometry]) -> FlatLevels:
         features, geometry = inputs
-        src = [proj(f).flatten(2).transpose(1, 2) for proj, f in zip(self.proj, features)]  # (batch, h * w, d_model)
+        maps = [proj(f) for proj, f in zip(self.proj, features)]  # (batch, d_model, h, w)
+        for proj in self.proj[len(features):]:
+            maps.append(proj(features[-1] if len(maps) == len(features) else maps[-1]))
+        src = [m.flatten(2).transpose(1, 2) for m in maps]  # (batch, h * w, d_model)
         pos = geometry.positions if self.level_embed is None else \
             [p + e for p, e in zip(geometry.positions, self.level_embed)]
         return FlatLevels(torch.cat(src, 1), torch.cat(pos, 1), geometry)
