@@ -34,7 +34,7 @@ class DetrConfig:
     pre_norm: bool = False  # the paper is post-norm
     aux_loss: bool = True  # a loss after every decoder layer (section 3.2)
     # read by `fast` only (attnkit.detection.variants); each switches one technique off, for ablations
-    feature_levels: int = 3  # ResNet stages read: 1 = C5 alone (DETR), 3 = C3, C4, C5; levels past the
+    feature_levels: int = 3  # ResNet stages read: 1 = the last alone (C5: DETR), 3 = C3, C4, C5; levels past the
     # backbone's last stage are made from it by stride-2 convolutions (Deformable DETR's fourth level)
     last_stage: int = 5  # the backbone's deepest stage: 5 = C5 (DETR); 4 = the ResNet stops after C4
     deformable_attention: bool = True  # multi-scale deformable attention (Zhu et al. 2021) instead of full
@@ -172,7 +172,7 @@ def _tuple(value: Any) -> Any:
 
 
 # the ResNet stops after C4: on 96 px images C5 is 3 x 3 cells, yet layer4 holds 8.4M of ResNet-18's 11.2M weights
-# and half of its inference time (BENCHMARKS.md, "A backbone that stops after C4")
+# and half of its inference time (BENCHMARKS.md, "The ResNet stops after C4")
 _SMALL_MODEL = DetrConfig(arch="fast", backbone="resnet18", hidden_dim=128, num_heads=8, enc_layers=2, dec_layers=2,
                           dim_feedforward=512, dropout=0.0, num_queries=15, last_stage=4)
 # one scale, no crop, the drop at 80%: for budgets of minutes (BENCHMARKS.md, "Detector convergence")
