@@ -5,7 +5,7 @@ import torch
 import torchvision
 
 from attnkit.detection.architectures import build_criterion, build_model
-from attnkit.detection.config import DetrConfig, preset
+from attnkit.detection.config import DetectionConfig, DetrConfig, preset
 from attnkit.detection.hungarian_matcher import MatchCost
 from attnkit.detection.postprocess import pairs, postprocess
 from attnkit.detection.set_criterion import LossWeights
@@ -244,6 +244,16 @@ def test_a_backbone_stopping_after_c4_makes_the_stride_32_level_by_a_convolution
     for last_stage, read in ((5, [128, 256, 512, 512]), (4, [128, 256, 256, d])):  # a fourth level: from the third
         four = build_model(_tiny(feature_levels=4, last_stage=last_stage))
         assert [proj[0].in_channels for proj in four.input_proj.proj] == read
+
+
+def test_a_run_written_before_last_stage_existed_loads_with_the_resnet_to_c5():
+    """Older `small` runs trained `fast` with layer4: their config.json has no `last_stage`, their weights hold C5."""
+    model, train = preset("small")
+    document = DetectionConfig(replace(model, num_classes=3), train, preset="small").to_dict()
+    assert document["model"].pop("last_stage") == 4  # the preset's choice now
+    older = DetectionConfig.from_dict(document).model
+    assert older.last_stage == 5
+    assert any(name.startswith("backbone.0.body.layer4.") for name in build_model(older).state_dict())
 
 
 def test_an_unpadded_batch_geometry_is_kept_per_size_and_changes_nothing():
