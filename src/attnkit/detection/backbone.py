@@ -42,7 +42,7 @@ class Backbone(nn.Module):
                     parameter.requires_grad_(False)
         # the layers after the returned one are dropped (C5 = layer4, C4 = layer3)
         self.body = IntermediateLayerGetter(resnet, return_layers={f"layer{last_stage - 1}": "0"})
-        self.num_channels = 2 ** (last_stage + 4) * (1 if name in ("resnet18", "resnet34") else 4)
+        self.num_channels = stage_channels(self.body, f"layer{last_stage - 1}")
         self.stride = 16 if dilation or last_stage == 4 else 32
 
     def train(self, mode: bool = True) -> Backbone:
@@ -62,6 +62,11 @@ class Backbone(nn.Module):
 
     def forward(self, images: Tensor) -> Tensor:
         return self.body(images)["0"]  # (batch, channels, height / stride, width / stride)
+
+
+def stage_channels(body: nn.Module, stage: str) -> int:
+    """A ResNet stage's output channels: its last convolution's (a basic block's conv2, a bottleneck's conv3)."""
+    return [module for module in body[stage].modules() if isinstance(module, nn.Conv2d)][-1].out_channels
 
 
 def load_resnet_weights(resnet: nn.Module, path: Path) -> None:

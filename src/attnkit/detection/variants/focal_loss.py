@@ -21,10 +21,9 @@ from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
-import torchvision
 from torch import Tensor
 
-from torchvision.ops import box_convert, generalized_box_iou
+from torchvision.ops import box_convert, generalized_box_iou, sigmoid_focal_loss as torchvision_focal_loss
 
 from attnkit.detection.hungarian_matcher import Match, MatchCost, hungarian_match
 from attnkit.detection.set_criterion import MatchIndex, SetCriterion, class_error, matched_targets
@@ -36,7 +35,7 @@ FOCAL_WEIGHT = 2.0  # Deformable DETR's classification weight (cost and loss) re
 
 def sigmoid_focal_loss(logits: Tensor, targets: Tensor, alpha: float = ALPHA, gamma: float = GAMMA) -> Tensor:
     """Elementwise FL of logits and {0, 1} targets of the same shape (torchvision's, with these defaults)."""
-    return torchvision.ops.sigmoid_focal_loss(logits, targets, alpha, gamma, reduction="none")
+    return torchvision_focal_loss(logits, targets, alpha, gamma, reduction="none")
 
 
 def focal_cost_matrix(logits: Tensor, boxes: Tensor, labels: Tensor, target_boxes: Tensor,

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnkit.detection.backbone import Backbone
+from attnkit.detection.backbone import Backbone, stage_channels
 from attnkit.nn import PositionEmbeddingSine2D
 
 STAGES = ("layer2", "layer3", "layer4")  # C3, C4, C5
@@ -89,8 +89,7 @@ class MultiScaleJoiner(nn.Sequential):
         super().__init__(backbone, position_embedding)
         stages = [stage for stage in STAGES if stage in backbone.body][-levels:]
         backbone.body.return_layers = {stage: str(i) for i, stage in enumerate(stages)}
-        scale = 4 if backbone.num_channels in (1024, 2048) else 1  # bottleneck ResNets are 4 times wider
-        self.num_channels = [{"layer2": 128, "layer3": 256, "layer4": 512}[stage] * scale for stage in stages]
+        self.num_channels = [stage_channels(backbone.body, stage) for stage in stages]
         self.made_levels = levels - len(stages)  # coarser levels, made by `LevelProjection`
         self._kept: dict[tuple, LevelGeometry] = {}
 
@@ -136,8 +135,10 @@ class LevelProjection(nn.Module):
     def forward(self, inputs: tuple[list[Tensor], LevelGeometry]) -> FlatLevels:
         features, geometry = inputs
         maps = [proj(f) for proj, f in zip(self.proj, features)]  # (batch, d_model, h, w)
-        for proj in self.proj[len(features):]:
-            maps.append(proj(features[-1] if len(maps) == len(features) else maps[-1]))
+        made = features[-1]
+        for proj in self.proj[len(features):]:  # each made level from the one before
+            made = proj(made)
+            maps.append(made)
         src = [m.flatten(2).transpose(1, 2) for m in maps]  # (batch, h * w, d_model)
         pos = geometry.positions if self.level_embed is None else \
             [p + e for p, e in zip(geometry.positions, self.level_embed)]
