@@ -26,7 +26,7 @@ class OrtDetector:
         if threads:
             options.intra_op_num_threads = threads
         # the preprocessing runs in torch, whose threads spin a while when idle, as ORT's do by default: with
-        # both spinning, a call took 1.2-3.5x as long (BENCHMARKS.md, "Deploy")
+        # both spinning, a call took up to 3.4x as long (BENCHMARKS.md, "Deploy")
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = onnxruntime.InferenceSession(str(Path(folder) / DETECTOR_FILE), options,
                                                     providers=["CPUExecutionProvider"])
