@@ -15,6 +15,9 @@ Part 3 (`--bound`, alone): how close a faster sampling kernel could bring `fast`
 attention weights' softmax, the sampling locations and the bilinear sampling are skipped and the output
 projection reads zeros), as the preset builds it (the ResNet stopping after C4) and with the ResNet run to
 C5 as DETR's (`last_stage=5`), against DETR and both as they are; alternating, 96 px, batch 1 and 8.
+Part 4 (`--last-stage`, alone): why `fast` stops the ResNet after C4 in the `small` preset. ResNet-18 in eval
+mode run up to C3, C4 and C5 (96 px, batch 1 and 8), and `fast`'s training step as preset (to C4) against
+the ResNet run to C5 (`last_stage=5`); alternating.
 """
 
 from __future__ import annotations
@@ -120,6 +123,35 @@ def sampling_bound(repeats: int) -> None:
                                             for b in (1, 8)) + " |")
 
 
+def last_stage_costs(repeats: int) -> None:
+    """Part 4: the backbone's time up to each stage, and `fast`'s training step to C4 and to C5."""
+    from attnkit.detection.backbone import Backbone
+
+    body = Backbone("resnet18").eval().body
+
+    def up_to(stage: str):
+        def run(images: torch.Tensor) -> None:
+            for name, module in body.items():
+                images = module(images)
+                if name == stage:
+                    return
+        return run
+
+    calls = {f"to {level}": up_to(stage) for level, stage in (("C3", "layer2"), ("C4", "layer3"), ("C5", "layer4"))}
+    for batch in (1, 8):
+        images = torch.randn(batch, 3, 96, 96)
+        with torch.inference_mode():
+            ms = median_ms(calls, lambda run: run(images), repeats)
+        print(f"ResNet-18, eval, 96 px, batch {batch}, ms: " + ", ".join(f"{k} {v:.2f}" for k, v in ms.items()))
+    small, train = preset("small")
+    small = replace(small, num_classes=5)
+    torch.manual_seed(0)
+    models = {"to C4 (preset)": build_model(small).train(), "to C5": build_model(replace(small, last_stage=5)).train()}
+    ms = training_step_ms(models, DetectionConfig(small, train, preset="small"), repeats)
+    print("fast training step (bf16 autocast, batch 4, 96 px, set criterion, optimizer step), ms: "
+          + ", ".join(f"{k} {v:.1f}" for k, v in ms.items()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=30)
@@ -128,12 +160,15 @@ def main() -> None:
     parser.add_argument("--paper-repeats", type=int, default=4)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--bound", action="store_true", help="part 3 alone: fast with free sampling")
+    parser.add_argument("--last-stage", action="store_true", help="part 4 alone: the ResNet to C4 against to C5")
     args = parser.parse_args()
     if args.quick:
         args.repeats, args.paper_preset, args.paper_size, args.paper_repeats = 2, "small", 128, 1
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads\n")
     if args.bound:
         return sampling_bound(args.repeats)
+    if args.last_stage:
+        return last_stage_costs(args.repeats)
     small = replace(preset("small")[0], num_classes=5)
     paper = preset(args.paper_preset)[0]
     print("| model, image, batch | NCHW weights ms | channels-last ms | speed-up |\n| --- | ---: | ---: | ---: |")
