@@ -37,7 +37,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from attnkit.detection.architectures import build_model as build_detector
 from attnkit.detection.config import DetectionConfig, preset as detection_preset
-from attnkit.detection.task import criterion_of
+from attnkit.app.detection.recipe import criterion_of
 from attnkit.nn import MultiHeadAttention, reference_attention, scaled_dot_product_attention
 from attnkit.training.fused_optimizer import fused_options
 
@@ -222,7 +222,7 @@ def check_loading(device: torch.device, quick: bool, out: Path) -> None:
     """`shapes` training batches through 4 pinned-memory workers against the main process."""
     from attnkit.detection.shapes import ShapesConfig
     from attnkit.detection.sources import open_split, split_paths
-    from attnkit.detection.task import EpochBatches, epoch_refs, load_batch
+    from attnkit.app.detection.recipe import EpochBatches, epoch_refs, load_batch
     from attnkit.detection.transforms import train_transforms
 
     images = 64 if quick else 512

@@ -140,7 +140,7 @@ def _overlap(a, b) -> float:
 
 
 def train_variant(run: Path, data: str, assignments: list[str], minutes: float, eval_every: float, shapes) -> None:
-    from attnkit.detection.commands import train
+    from attnkit.app.detection.commands import train
     from attnkit.training import Budget
 
     train(run, data, Budget(minutes=minutes), "small", assignments, shapes=shapes, eval_every_minutes=eval_every,

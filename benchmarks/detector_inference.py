@@ -32,7 +32,7 @@ import torch
 
 from attnkit.detection.architectures import build_model
 from attnkit.detection.config import DetectionConfig, preset
-from attnkit.detection.task import criterion_of
+from attnkit.app.detection.recipe import criterion_of
 from attnkit.detection.variants.multi_scale_deformable_attention import MultiScaleDeformableAttention
 from attnkit.training.fused_optimizer import fused_options
 

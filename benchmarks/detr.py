@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
 
 def training_curve(out: Path, minutes: float, eval_every: float, threads: int | None) -> list[dict]:
-    from attnkit.detection.commands import train
+    from attnkit.app.detection.commands import train
     from attnkit.detection.shapes import ShapesConfig
     from attnkit.training import Budget
 
@@ -192,7 +192,7 @@ def adamw(model: torch.nn.Module, backbone: str, lr: float, lr_backbone: float, 
 
 def train_step_runners(size: int, batch: int, device: torch.device) -> dict[str, tuple[torch.nn.Module, Callable]]:
     """Per library: (model, one training step), on the same images and targets."""
-    from attnkit.detection.task import criterion_of
+    from attnkit.app.detection.recipe import criterion_of
     from attnkit.training.fused_optimizer import fused_options
 
     pixels, mask, targets = train_step_inputs(size, batch, device)

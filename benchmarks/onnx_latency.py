@@ -33,8 +33,8 @@ def median_ms(call, repeats: int) -> float:
 
 def detection_rows(run: Path, folder: Path, repeats: int) -> list[str]:
     from attnkit.detection.detector import Detector
-    from attnkit.export.onnx_export import export_run
-    from attnkit.export.ort_detector import OrtDetector
+    from attnkit.app.export.onnx_export import export_run
+    from attnkit.app.export.ort_detector import OrtDetector
 
     export_run(run, folder)
     image = Image.fromarray((torch.rand(480, 640, 3) * 255).to(torch.uint8).numpy())
@@ -46,8 +46,8 @@ def detection_rows(run: Path, folder: Path, repeats: int) -> list[str]:
 
 
 def translation_rows(run: Path, folder: Path, repeats: int) -> list[str]:
-    from attnkit.export.onnx_export import export_run
-    from attnkit.export.ort_translator import OrtTranslator
+    from attnkit.app.export.onnx_export import export_run
+    from attnkit.app.export.ort_translator import OrtTranslator
     from attnkit.translation.translator import Translator
 
     export_run(run, folder)

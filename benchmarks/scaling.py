@@ -167,7 +167,7 @@ def count_worker(out: Path, argv: list[str]) -> None:
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
     from torch.nn.parallel import DistributedDataParallel
 
-    from attnkit.cli import load_commands
+    from attnkit.app.cli import load_commands
     from attnkit.training import distributed
 
     counts = {"gradient_bytes": 0, "gradient_buckets": 0, "buffer_bytes": 0, "buffer_broadcasts": 0,

@@ -29,7 +29,7 @@ def tiny_runs(folder: Path) -> list[Path]:
     """A random-weight translation run and detection run (the test fixtures' sizes)."""
     from attnkit.detection.architectures import build_model
     from attnkit.detection.config import DetectionConfig, preset
-    from attnkit.training import RunFolder, save_weights
+    from attnkit.storage import RunFolder, save_weights
     from attnkit.translation.config import TranslationConfig
     from attnkit.translation.model import Seq2SeqConfig, Seq2SeqTransformer
     from attnkit.translation.tokenizer import SubwordTokenizer
@@ -54,7 +54,7 @@ def tiny_runs(folder: Path) -> list[Path]:
 def start_server(runs: list[Path]):
     import uvicorn
 
-    from attnkit.serve import create_app, load_models
+    from attnkit.app.serve import create_app, load_models
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

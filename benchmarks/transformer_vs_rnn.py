@@ -41,7 +41,7 @@ import torch
 from attnkit.translation.config import TranslationConfig, build_model, preset, with_architecture
 from attnkit.translation.data import Corpus, ReadReport, SentencePair
 from attnkit.translation.decoding import greedy_decode
-from attnkit.translation.task import resolve_amp
+from attnkit.app.translation.recipe import resolve_amp
 from attnkit.translation.tokenizer import EOS_ID, PAD_ID
 
 ARCHS = ("transformer", "rnn")
@@ -91,7 +91,7 @@ def train_and_score(config: TranslationConfig, splits: dict[str, Corpus], minute
     from attnkit.training import Budget
     from attnkit.translation.batching import make_examples
     from attnkit.translation.evaluate import score
-    from attnkit.translation.task import train_run
+    from attnkit.app.translation.recipe import train_run
     from attnkit.translation.translator import Translator
 
     config = dataclasses.replace(config, eval_every_minutes=100 * minutes)  # evaluate and checkpoint only at the end

@@ -41,7 +41,9 @@ from pathlib import Path
 
 import torch
 
-from attnkit.training import Budget, RunFolder
+from attnkit.training import Budget
+
+from attnkit.storage import RunFolder
 from attnkit.training.fused_optimizer import fused_options
 from attnkit.translation.batching import collate, make_examples, token_batches
 from attnkit.translation.config import TranslationConfig, preset
@@ -50,10 +52,10 @@ from attnkit.translation.decoding import greedy_decode
 from attnkit.translation.losses import label_smoothed_cross_entropy
 from attnkit.translation.model import Seq2SeqTransformer
 from attnkit.translation.numbers import numbers_splits
-from attnkit.translation.task import prepare, resolve_amp, train_run
+from attnkit.app.translation.recipe import prepare, resolve_amp, train_run
 from attnkit.translation.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from attnkit.translation.translator import Translator
-from attnkit.translation.commands import score_corpus
+from attnkit.app.translation.commands import score_corpus
 
 
 # ---------------------------------------------------------------- (a) and (c): quality against time

@@ -1,3 +1,3 @@
-from attnkit.cli import main
+from attnkit.app.cli import main
 
 main()

@@ -10,7 +10,7 @@ from torch.testing import assert_close
 from attnkit.baselines import (BahdanauRNN, BahdanauRNNConfig, alignment, check_architecture, match_parameters,
                                parameter_count)
 from attnkit.errors import CheckpointError, ConfigError
-from attnkit.training import read_weights, save_weights
+from attnkit.storage import read_weights, save_weights
 from attnkit.translation.batching import pad_ids
 from attnkit.translation.decoding import beam_search, greedy_decode
 from attnkit.translation.tokenizer import BOS_ID, EOS_ID, PAD_ID

@@ -10,7 +10,7 @@ import zlib
 from PIL import Image
 from typer.testing import CliRunner
 
-from attnkit.cli import load_commands
+from attnkit.app.cli import load_commands
 from attnkit.detection.evaluate import coco_ground_truth
 from attnkit.detection.sources import open_split
 

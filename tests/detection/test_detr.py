@@ -74,7 +74,7 @@ def test_pretrained_backbone_file_is_loaded_with_frozen_batchnorm(tmp_path):
 
 
 def test_channels_last_weights_compute_the_same_and_save_contiguous(tmp_path):
-    from attnkit.training.checkpoint import load_weights, save_weights
+    from attnkit.storage.checkpoint import load_weights, save_weights
 
     torch.manual_seed(0)
     model = build_model(replace(preset("tiny")[0], num_classes=2)).eval()

@@ -1,7 +1,7 @@
 import torch
 import torch.nn.functional as F
 
-from attnkit.detection.set_criterion import LossWeights, SetCriterion, cardinality_error
+from attnkit.detection.set_criterion import LossWeights, SetCriterion, cardinality_error, global_box_count
 
 
 def _targets():
@@ -79,3 +79,8 @@ def test_layers_and_groups_scored_as_one_batch_equal_each_scored_alone():
     for i, s in enumerate(sets):
         for one, batched in zip(hungarian_match(s["pred_logits"], s["pred_boxes"], _targets()), stacked[2 * i:2 * i + 2]):
             assert torch.equal(one.queries, batched.queries) and torch.equal(one.objects, batched.objects)
+
+
+def test_one_process_normalises_by_its_own_boxes_and_at_least_one():
+    assert global_box_count(0, torch.device("cpu")) == 1.0
+    assert global_box_count(7, torch.device("cpu")) == 7.0

@@ -199,7 +199,8 @@ def test_cached_decoding_with_query_pos_and_target_padding():
     tgt_padding = torch.zeros(BATCH, QUERIES, dtype=torch.bool)
     tgt_padding[1, :2] = True  # left padding, as in batched prompts
     with torch.no_grad():
-        full = ours(tgt, memory, tgt_is_causal=True, tgt_key_padding_mask=tgt_padding, pos=pos, query_pos=query_pos)
+        full = ours(tgt, memory, tgt_mask=causal(QUERIES), tgt_is_causal=True, tgt_key_padding_mask=tgt_padding,
+                    pos=pos, query_pos=query_pos)
         cache, outputs = ours.new_cache(), []
         for i in range(2, QUERIES + 1):
             start = 0 if i == 2 else i - 1
@@ -218,7 +219,7 @@ def test_cache_reorder_follows_the_surviving_rows():
         ours(tgt[:, :3], memory, cache=cache)
         cache.reorder(order)
         stepped = ours(tgt[order, 3:], memory[order], cache=cache)
-        full = ours(tgt[order], memory[order], tgt_is_causal=True)
+        full = ours(tgt[order], memory[order], tgt_mask=causal(QUERIES), tgt_is_causal=True)
         assert_close(stepped, full[:, 3:], **TOL)
 
 

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-from attnkit.nn import KVCache, MultiHeadAttention, RotaryEmbedding
+from attnkit.nn import KVCache, MultiHeadAttention, RotaryEmbedding, causal_mask
 
 E, H = 16, 4
 
@@ -119,7 +119,7 @@ def test_cached_step_by_step_equals_full_causal(rotary):
     torch.manual_seed(3)
     attention = MultiHeadAttention(E, H, batch_first=True, rotary=RotaryEmbedding(E // H) if rotary else None).eval()
     x = torch.randn(2, 6, E)
-    full, _ = attention(x, x, x, need_weights=False, is_causal=True)
+    full, _ = attention(x, x, x, need_weights=False, attn_mask=~causal_mask(6, 6), is_causal=True)
     cache, steps = KVCache(), []
     for t in range(6):
         step = x[:, t:t + 1]
@@ -173,7 +173,7 @@ def test_bad_input_raises_value_error_naming_the_shapes():
         attention(x, x, x, key_padding_mask=torch.zeros(2, 4, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"attn_mask.*\(3, 3\).*\(4, 4\)"):
         attention(x, x, x, attn_mask=torch.zeros(4, 4, dtype=torch.bool))
-    with pytest.raises(ValueError, match="bool or floating"):
+    with pytest.raises(ValueError, match="bool and floating"):
         attention(x, x, x, attn_mask=torch.zeros(3, 3, dtype=torch.long))
     with pytest.raises(ValueError, match="batch or length mismatch"):
         attention(x, torch.randn(5, 3, E), torch.randn(5, 3, E))

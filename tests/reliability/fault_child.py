@@ -19,7 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
 import torch  # noqa: E402
 from toy_task import ToyRegression  # noqa: E402
 
-from attnkit.training import Budget, LoopConfig, RunFolder, Trainer  # noqa: E402
+from attnkit.storage import RunFolder  # noqa: E402
+from attnkit.training import Budget, LoopConfig, Trainer  # noqa: E402
 
 CONFIG = LoopConfig(log_every_steps=1, eval_every_steps=4, checkpoint_every_steps=1,
                     checkpoint_every_minutes=None, average_last=3)

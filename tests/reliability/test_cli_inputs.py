@@ -7,7 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from attnkit.cli import load_commands
+from attnkit.app.cli import load_commands
 
 runner = CliRunner()
 

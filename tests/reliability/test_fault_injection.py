@@ -19,7 +19,7 @@ from fault_child import killable_processes, train
 from torch.testing import assert_close
 
 from attnkit.errors import CheckpointError
-from attnkit.training import RunFolder, load_training_state, read_weights
+from attnkit.storage import RunFolder, load_training_state, read_weights
 
 STEPS = 40
 KILLS = 3

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from attnkit.errors import CheckpointError
-from attnkit.training import RunFolder, load_training_state, load_weights, save_weights
+from attnkit.storage import RunFolder, load_training_state, load_weights, save_weights
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=6),

@@ -18,8 +18,8 @@ from fault_child import killable_processes, train
 from torch.testing import assert_close
 
 from attnkit.errors import CheckpointError
-from attnkit.training import RunFolder, atomic_write, load_training_state, read_weights
-from attnkit.training import checkpoint as checkpoint_module
+from attnkit.storage import RunFolder, atomic_write, load_training_state, read_weights
+from attnkit.storage import checkpoint as checkpoint_module
 
 STEPS = 8
 _fork = killable_processes()

@@ -9,10 +9,11 @@ import torch
 from safetensors import safe_open
 
 from attnkit.errors import ConfigError, UserError
-from attnkit.training import Budget, LoopConfig, RunFolder, Trainer
+from attnkit.training import Budget, LoopConfig, Trainer
+from attnkit.storage import RunFolder
 from attnkit.translation.config import override, preset
 from attnkit.translation.numbers import NumbersSpec, numbers_splits
-from attnkit.translation.task import TranslationTask, prepare
+from attnkit.app.translation.recipe import TranslationTask, prepare
 
 BACKEND = os.environ.get("ATTNKIT_TEST_COMPILE_BACKEND", "aot_eager")  # "inductor" compiles C++ kernels (minutes)
 LOOP = LoopConfig(log_every_steps=1, checkpoint_every_minutes=None, average_last=0, compile=True,

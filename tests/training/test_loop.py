@@ -11,7 +11,8 @@ from toy_task import ToyRegression
 from torch.testing import assert_close
 
 from attnkit.errors import CheckpointError, ConfigError
-from attnkit.training import Budget, LoopConfig, RunFolder, Trainer, TrainingDiverged, load_weights
+from attnkit.training import Budget, LoopConfig, Trainer, TrainingDiverged
+from attnkit.storage import RunFolder, load_weights
 
 CONFIG = LoopConfig(log_every_steps=2, eval_every_steps=3, accumulate=2, checkpoint_every_steps=2,
                     checkpoint_every_minutes=None, average_last=3)

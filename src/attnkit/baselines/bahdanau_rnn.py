@@ -36,7 +36,8 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from attnkit.errors import CheckpointError, ConfigError
 from attnkit.nn.additive_attention import AdditiveAttention
 from attnkit.nn.dropout import Dropout
-from attnkit.translation.tokenizer import PAD_ID
+
+PAD_ID = 0  # the padding token's id, as attnkit's tokenizers number it (<pad>, <s>, </s>, <unk>)
 
 ARCH = "rnn"
 ARCH_NAMES = {"rnn": "an RNN encoder-decoder with additive attention (--arch rnn)",
@@ -241,15 +242,10 @@ def match_parameters(parameters: int, base: BahdanauRNNConfig) -> BahdanauRNNCon
     return min((sized(low), sized(high)), key=lambda c: abs(parameter_count(c) - parameters))
 
 
-def match_transformer(transformer: Any) -> BahdanauRNNConfig:
-    """The RNN with as many parameters as the Transformer of `transformer` (a translation `Seq2SeqConfig`):
-    the same embedding size, dropout and embedding sharing, the hidden size chosen to match the count."""
-    from attnkit.translation.model import Seq2SeqTransformer
-
+def match_transformer(transformer: Any, parameters: int) -> BahdanauRNNConfig:
+    """The RNN with PARAMETERS parameters (those of the translation Transformer `transformer`, a
+    `Seq2SeqConfig`): the same embedding size, dropout and embedding sharing, the hidden size chosen to match."""
     vocab = max(transformer.source_vocab_size, transformer.target_vocab_size, 5)
-    with torch.device("meta"):
-        counted = Seq2SeqTransformer(dataclasses.replace(transformer, source_vocab_size=vocab, target_vocab_size=vocab))
-        parameters = sum(p.numel() for p in counted.parameters())
     base = BahdanauRNNConfig(embedding_dim=transformer.d_model, dropout=transformer.dropout,
                              share_embeddings=transformer.share_embeddings, source_vocab_size=vocab,
                              target_vocab_size=vocab)

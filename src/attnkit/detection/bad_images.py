@@ -74,6 +74,6 @@ def skipped_document(splits: dict[str, CocoDetection]) -> dict:
 
 def write_skipped(path: Path, splits: dict[str, CocoDetection]) -> Path:
     """Write `skipped_document(splits)` to PATH (atomically)."""
-    from attnkit.training.checkpoint import atomic_write_text
+    from attnkit.storage.checkpoint import atomic_write_text
 
     return atomic_write_text(path, json.dumps(skipped_document(splits), indent=1) + "\n")

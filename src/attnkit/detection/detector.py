@@ -51,7 +51,7 @@ class Detector:
     @classmethod
     def from_run(cls, run: str | Path, weights: str = "best", device: torch.device | str | None = None) -> Detector:
         """Load RUN's config and its `best`, `last` or `average` weights (or a .safetensors path)."""
-        from attnkit.training import RunFolder, load_weights
+        from attnkit.storage import RunFolder, load_weights
 
         folder = RunFolder.open(Path(run), "detection")
         config = DetectionConfig.from_dict(folder.config)

@@ -15,13 +15,27 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torchvision.ops import box_convert, generalized_box_iou_loss
 
 from attnkit.detection.hungarian_matcher import Match, MatchCost, hungarian_match
 from attnkit.errors import ConfigError
-from attnkit.training import distributed
+
+
+def global_box_count(count: float, device: torch.device) -> float:
+    """DETR's box normaliser: the boxes of the global batch / the number of processes, at least 1.
+
+    Each process divides its loss by it and DDP averages the gradients, so the loss is normalised by
+    the number of boxes in the global batch, as the official DETR does (its `SetCriterion.forward`).
+    """
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return max(float(count), 1.0)
+    total = torch.tensor([float(count)], dtype=torch.float64,
+                         device=device if dist.get_backend() == "nccl" else "cpu")
+    dist.all_reduce(total)
+    return max(total.item() / dist.get_world_size(), 1.0)
 
 
 @dataclass(frozen=True)
@@ -72,7 +86,7 @@ class SetCriterion(nn.Module):
         """GROUPS: outputs of query groups predicting the same targets, each as `forward` takes it. The first
         group's terms (and its `enc_outputs`' with the suffix `_enc`), and "loss": the mean over the groups
         of their weighted totals."""
-        num_boxes = distributed.global_count(sum(len(t["labels"]) for t in targets), groups[0]["pred_boxes"].device)
+        num_boxes = global_box_count(sum(len(t["labels"]) for t in targets), groups[0]["pred_boxes"].device)
         sets = [layer for group in groups for layer in (group, *group.get("aux_outputs", []))]
         terms = self.set_terms(sets, targets, num_boxes)  # each (sets,)
         first = groups[0]

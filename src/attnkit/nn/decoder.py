@@ -7,8 +7,10 @@
 (post-norm, the paper's; `norm_first` puts the LayerNorm inside the residual instead).
 
 `TransformerDecoderLayer` and `TransformerDecoder` are drop-ins for torch.nn's: the same
-arguments, masks and state-dict keys (`self_attn.*`, `multihead_attn.*`, `linear1`, `linear2`,
-`norm1..3`; `layers.N.*`, `norm`), which are also DETR's. Beyond torch:
+arguments, masks, state-dict keys (`self_attn.*`, `multihead_attn.*`, `linear1`, `linear2`,
+`norm1..3`; `layers.N.*`, `norm`), which are also DETR's, and error types. The stack calls its
+layers as modules, in the caller's layout (hooks fire; a torch.nn.TransformerDecoderLayer may
+sit in `.layers`). Beyond torch:
 
 - DETR's positions (Carion et al. 2020, appendix A.3): `query_pos` is added to the queries and
   keys of self-attention and to the queries of cross-attention, `pos` to the memory's keys;
@@ -16,7 +18,8 @@ arguments, masks and state-dict keys (`self_attn.*`, `multihead_attn.*`, `linear
 - `return_intermediate`: every layer's output, each through the final norm, stacked; DETR's
   auxiliary decoding losses use them.
 - Incremental decoding with a `DecoderCache`: the inputs are only the new target positions; the
-  self-attention keys and values of the earlier ones, and the memory's, come from the cache.
+  self-attention keys and values of the earlier ones, and the memory's, come from the cache, and
+  self-attention is causal without a tgt_mask (torch's modules want the mask with the hint).
 """
 
 from __future__ import annotations
@@ -27,8 +30,9 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.nn.dropout import Dropout
-from attnkit.nn.encoder import (SequenceLayout, check_attn_mask, check_heads, check_padding_mask, check_same_shape,
-                                clones)
+from attnkit.nn.encoder import (SequenceLayout, attention_sizes, check_attn_mask, check_heads, check_padding_mask,
+                                check_same_shape, clones)
+from attnkit.nn.errors import InputError, ShapeError
 from attnkit.nn.feed_forward import Activation, FeedForwardMixin
 from attnkit.nn.kv_cache import KVCache
 from attnkit.nn.multi_head_attention import MultiHeadAttention
@@ -73,7 +77,7 @@ class DecoderCache:
 
 @dataclass(frozen=True)
 class DecoderMasks:
-    """The decoder's masks, checked and batch-first: attention masks as torch's, padding (batch, keys)."""
+    """The decoder's masks and hints as the caller gave them (torch's forms, the caller's layout), checked."""
 
     tgt_mask: Tensor | None = None
     memory_mask: Tensor | None = None
@@ -93,9 +97,9 @@ class TransformerDecoderLayer(FeedForwardMixin, nn.Module):
         super().__init__()
         check_heads(d_model, nhead)
         factory = {"device": device, "dtype": dtype}
-        self.self_attn = MultiHeadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=True,
+        self.self_attn = MultiHeadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first,
                                             rotary=rotary, **factory)
-        self.multihead_attn = MultiHeadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=True,
+        self.multihead_attn = MultiHeadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first,
                                                  **factory)
         self._init_feed_forward(d_model, dim_feedforward, dropout, activation, bias, **factory)
         self.norm_first, self.batch_first = norm_first, batch_first
@@ -107,22 +111,20 @@ class TransformerDecoderLayer(FeedForwardMixin, nn.Module):
                 tgt_key_padding_mask: Tensor | None = None, memory_key_padding_mask: Tensor | None = None,
                 tgt_is_causal: bool = False, memory_is_causal: bool = False, pos: Tensor | None = None,
                 query_pos: Tensor | None = None, cache: DecoderLayerCache | None = None) -> Tensor:
-        """tgt: (queries, batch, d_model), memory: (keys, batch, d_model), or batch first; tgt's shape out.
+        """tgt: (queries, batch, d_model), memory: (keys, batch, d_model), or batch first, or unbatched; tgt's shape out.
 
-        pos: memory's shape, added to the cross-attention keys; query_pos: tgt's shape, added to the
-        self-attention queries and keys and the cross-attention queries (DETR). With a `cache`, tgt
-        holds only the new positions and self-attention is causal unless tgt_mask says otherwise;
-        tgt_key_padding_mask then covers all positions so far, (batch, cached + new).
+        tgt_is_causal, memory_is_causal: torch's hints that tgt_mask, memory_mask are causal (which,
+        as for torch, must then be given). pos: memory's shape, added to the cross-attention keys;
+        query_pos: tgt's shape, added to the self-attention queries and keys and the cross-attention
+        queries (DETR). With a `cache`, tgt holds only the new positions and self-attention is causal
+        unless tgt_mask says otherwise; tgt_key_padding_mask then covers all positions so far,
+        (batch, cached + new).
         """
-        layout, x, memory, masks, pos, query_pos = prepare_decoder_inputs(
-            self, tgt, memory, (tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask),
-            tgt_is_causal, memory_is_causal, pos, query_pos, 0 if cache is None else cache.self_attn.length)
-        return layout.exit(self.forward_batch_first(x, memory, masks, pos, query_pos, cache))
-
-    def forward_batch_first(self, x: Tensor, memory: Tensor, masks: DecoderMasks = DecoderMasks(),
-                            pos: Tensor | None = None, query_pos: Tensor | None = None,
-                            cache: DecoderLayerCache | None = None) -> Tensor:
-        """The layer on checked batch-first inputs: x (batch, queries, d_model), memory (batch, keys, d_model)."""
+        masks = check_decoder_inputs(self.self_attn.embed_dim, self.self_attn.num_heads, self.batch_first, tgt,
+                                     memory, (tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask),
+                                     tgt_is_causal, memory_is_causal, pos, query_pos,
+                                     0 if cache is None else cache.self_attn.length)
+        x = tgt
         if self.norm_first:
             x = x + self._self_attention(self.norm1(x), masks, query_pos, cache)
             x = x + self._cross_attention(self.norm2(x), memory, masks, pos, query_pos, cache)
@@ -137,7 +139,7 @@ class TransformerDecoderLayer(FeedForwardMixin, nn.Module):
         causal = masks.tgt_is_causal or (cache is not None and masks.tgt_mask is None)
         out, _ = self.self_attn(q, k, x, attn_mask=masks.tgt_mask, key_padding_mask=masks.tgt_key_padding_mask,
                                 need_weights=False, is_causal=causal, cache=None if cache is None else cache.self_attn)
-        return self.dropout1(out)  # (batch, queries, d_model)
+        return self.dropout1(out)  # tgt's shape
 
     def _cross_attention(self, x: Tensor, memory: Tensor, masks: DecoderMasks, pos: Tensor | None,
                          query_pos: Tensor | None, cache: DecoderLayerCache | None) -> Tensor:
@@ -147,53 +149,50 @@ class TransformerDecoderLayer(FeedForwardMixin, nn.Module):
                                      key_padding_mask=masks.memory_key_padding_mask, need_weights=False,
                                      is_causal=masks.memory_is_causal,
                                      cache=None if cache is None else cache.cross_attn)
-        return self.dropout2(out)  # (batch, queries, d_model)
+        return self.dropout2(out)  # tgt's shape
 
 
-def prepare_decoder_inputs(layer: TransformerDecoderLayer, tgt: Tensor, memory: Tensor,
-                           masks: tuple[Tensor | None, Tensor | None, Tensor | None, Tensor | None],
-                           tgt_is_causal: bool | None, memory_is_causal: bool, pos: Tensor | None,
-                           query_pos: Tensor | None, cached: int):
-    """Check the decoder's inputs against `layer` and bring them to batch-first, once.
+def check_decoder_inputs(d_model: int, heads: int, batch_first: bool, tgt: Tensor, memory: Tensor,
+                         masks: tuple[Tensor | None, Tensor | None, Tensor | None, Tensor | None],
+                         tgt_is_causal: bool | None, memory_is_causal: bool, pos: Tensor | None,
+                         query_pos: Tensor | None, cached: int) -> DecoderMasks:
+    """Check the decoder's inputs, in the caller's layout, against each other; errors name the arguments.
 
     masks: (tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask) as the caller gave them;
     cached: target positions already in the cache (self-attention keys = cached + new).
     """
-    d_model, heads = layer.self_attn.embed_dim, layer.self_attn.num_heads
-    layout = SequenceLayout.of("tgt", tgt, d_model, layer.batch_first)
-    if SequenceLayout.of("memory", memory, d_model, layer.batch_first) != layout:
-        raise ValueError(f"tgt {tuple(tgt.shape)} and memory {tuple(memory.shape)} must both be batched or both not")
+    layout = SequenceLayout.of("tgt", tgt, d_model, batch_first)
+    if SequenceLayout.of("memory", memory, d_model, batch_first) != layout:
+        raise ShapeError(f"tgt {tuple(tgt.shape)} and memory {tuple(memory.shape)} must both be batched or both not")
     check_same_shape("query_pos", query_pos, "tgt", tgt)
     check_same_shape("pos", pos, "memory", memory)
-    x, memory = layout.enter(tgt), layout.enter(memory)  # (batch, queries, d_model), (batch, keys, d_model)
-    if x.size(0) != memory.size(0):
-        raise ValueError(f"tgt {tuple(tgt.shape)} and memory {tuple(memory.shape)} differ in batch size "
-                         f"(batch_first={layer.batch_first})")
-    batch, queries, keys = x.size(0), x.size(1), memory.size(1)
+    (batch, queries), (memory_batch, keys) = layout.sizes(tgt), layout.sizes(memory)
+    if batch != memory_batch:
+        raise InputError(f"tgt {tuple(tgt.shape)} and memory {tuple(memory.shape)} differ in batch size "
+                         f"(batch_first={batch_first})")
     tgt_mask, memory_mask, tgt_padding, memory_padding = masks
-    tgt_padding, memory_padding = layout.enter_padding(tgt_padding), layout.enter_padding(memory_padding)
     check_attn_mask("tgt_mask", tgt_mask, batch, heads, queries, cached + queries)
     check_attn_mask("memory_mask", memory_mask, batch, heads, queries, keys)
-    check_padding_mask("tgt_key_padding_mask", tgt_padding, batch, cached + queries)
-    check_padding_mask("memory_key_padding_mask", memory_padding, batch, keys)
-    checked = DecoderMasks(tgt_mask, memory_mask, tgt_padding, memory_padding, bool(tgt_is_causal), memory_is_causal)
-    return layout, x, memory, checked, layout.enter(pos), layout.enter(query_pos)
+    check_padding_mask("tgt_key_padding_mask", layout.enter_padding(tgt_padding), batch, cached + queries)
+    check_padding_mask("memory_key_padding_mask", layout.enter_padding(memory_padding), batch, keys)
+    return DecoderMasks(tgt_mask, memory_mask, tgt_padding, memory_padding, bool(tgt_is_causal), memory_is_causal)
 
 
 class TransformerDecoder(nn.Module):
     """N copies of `decoder_layer`, then `norm` if given; a drop-in for torch.nn.TransformerDecoder.
 
+    decoder_layer: attnkit's TransformerDecoderLayer, or any module with torch's layer forward and a
+    `self_attn` (torch.nn.TransformerDecoderLayer; it then takes neither positions nor a cache).
     return_intermediate: forward returns every layer's output, each through `norm` (DETR),
     stacked in front: (layers, *tgt's shape), e.g. (layers, batch, queries, d_model) batch first.
     """
 
-    def __init__(self, decoder_layer: TransformerDecoderLayer, num_layers: int, norm: nn.Module | None = None,
+    def __init__(self, decoder_layer: nn.Module, num_layers: int, norm: nn.Module | None = None,
                  return_intermediate: bool = False) -> None:
         super().__init__()
-        if not isinstance(decoder_layer, TransformerDecoderLayer):
-            raise ValueError(f"decoder_layer must be an attnkit TransformerDecoderLayer, got {type(decoder_layer)}")
         if num_layers < 1:
             raise ValueError(f"num_layers must be at least 1, got {num_layers}")
+        self.d_model, self.nhead, self.batch_first = attention_sizes("decoder_layer", decoder_layer)
         self.layers = clones(decoder_layer, num_layers)
         self.num_layers, self.norm, self.return_intermediate = num_layers, norm, return_intermediate
 
@@ -208,19 +207,23 @@ class TransformerDecoder(nn.Module):
         """tgt: (queries, batch, d_model), memory: (keys, batch, d_model), or batch first; tgt's shape out.
 
         Arguments as `TransformerDecoderLayer.forward`; with a `cache` (from `new_cache`), tgt holds
-        only the positions after `cache.length`, and the cache is extended by them.
+        only the positions after `cache.length`, and the cache is extended by them. Each layer is
+        called as a module with torch's arguments, and pos, query_pos, its cache when given.
         """
         if cache is not None and len(cache.layers) != self.num_layers:
             raise ValueError(f"cache has {len(cache.layers)} layers, the decoder {self.num_layers}")
-        layout, x, memory, masks, pos, query_pos = prepare_decoder_inputs(
-            self.layers[0], tgt, memory, (tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask),
-            tgt_is_causal, memory_is_causal, pos, query_pos, 0 if cache is None else cache.length)
-        intermediate = []
+        masks = (tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask)
+        check_decoder_inputs(self.d_model, self.nhead, self.batch_first, tgt, memory, masks, tgt_is_causal,
+                             memory_is_causal, pos, query_pos, 0 if cache is None else cache.length)
+        positions = {name: x for name, x in (("pos", pos), ("query_pos", query_pos)) if x is not None}
+        x, intermediate = tgt, []
         for index, layer in enumerate(self.layers):
-            x = layer.forward_batch_first(x, memory, masks, pos, query_pos,
-                                          None if cache is None else cache.layers[index])  # (batch, queries, d_model)
+            layer_cache = {} if cache is None else {"cache": cache.layers[index]}
+            x = layer(x, memory, tgt_mask=tgt_mask, memory_mask=memory_mask, tgt_key_padding_mask=tgt_key_padding_mask,
+                      memory_key_padding_mask=memory_key_padding_mask, tgt_is_causal=bool(tgt_is_causal),
+                      memory_is_causal=memory_is_causal, **positions, **layer_cache)  # tgt's shape
             if self.return_intermediate:
                 intermediate.append(x if self.norm is None else self.norm(x))
         if self.return_intermediate:
-            return torch.stack([layout.exit(output) for output in intermediate])  # (layers, *tgt.shape)
-        return layout.exit(x if self.norm is None else self.norm(x))
+            return torch.stack(intermediate)  # (layers, *tgt.shape)
+        return x if self.norm is None else self.norm(x)

@@ -5,9 +5,9 @@ the target from it one position at a time, attending to its own earlier outputs 
 self-attention) and to the memory (encoder-decoder attention). Embeddings, positional encodings
 and the output softmax belong to the model that uses this module (translation, detection).
 
-`Transformer` is a drop-in for torch.nn.Transformer: same arguments, masks and state-dict keys
-(`encoder.layers.N.*`, `encoder.norm`, `decoder.layers.N.*`, `decoder.norm`). `encode` and
-`decode` split the forward for step-wise decoding with a `DecoderCache`. `capture_attention`
+`Transformer` is a drop-in for torch.nn.Transformer: same arguments, masks, state-dict keys
+(`encoder.layers.N.*`, `encoder.norm`, `decoder.layers.N.*`, `decoder.norm`) and error types.
+`encode` and `decode` split the forward for step-wise decoding with a `DecoderCache`. `capture_attention`
 records attention weights for visualisation without touching the normal path.
 """
 
@@ -20,8 +20,10 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
+from attnkit.nn.attention import causal_mask
 from attnkit.nn.decoder import DecoderCache, TransformerDecoder, TransformerDecoderLayer
 from attnkit.nn.encoder import TransformerEncoder, TransformerEncoderLayer, check_heads
+from attnkit.nn.errors import InputError, ShapeError
 from attnkit.nn.feed_forward import Activation
 from attnkit.nn.multi_head_attention import MultiHeadAttention
 from attnkit.nn.positional_encoding.rotary import RotaryEmbedding
@@ -59,11 +61,15 @@ class Transformer(nn.Module):
                 tgt_key_padding_mask: Tensor | None = None, memory_key_padding_mask: Tensor | None = None,
                 src_is_causal: bool | None = None, tgt_is_causal: bool | None = None,
                 memory_is_causal: bool = False) -> Tensor:
-        """src: (source, batch, d_model), tgt: (target, batch, d_model), or batch first; tgt's shape out."""
+        """src: (source, batch, d_model), tgt: (target, batch, d_model), or batch first; tgt's shape out.
+
+        As torch's: the encoder, then the decoder on its output; the is_causal hints want their masks.
+        """
         self._check_pair(src, tgt)
-        memory = self.encode(src, src_mask, src_key_padding_mask, src_is_causal)
-        return self.decode(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
-                           tgt_is_causal, memory_is_causal)
+        memory = self.encoder(src, mask=src_mask, src_key_padding_mask=src_key_padding_mask, is_causal=src_is_causal)
+        return self.decoder(tgt, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                            tgt_key_padding_mask=tgt_key_padding_mask, memory_key_padding_mask=memory_key_padding_mask,
+                            tgt_is_causal=tgt_is_causal, memory_is_causal=memory_is_causal)
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
                src_is_causal: bool | None = None) -> Tensor:
@@ -74,7 +80,14 @@ class Transformer(nn.Module):
                tgt_key_padding_mask: Tensor | None = None, memory_key_padding_mask: Tensor | None = None,
                tgt_is_causal: bool | None = None, memory_is_causal: bool = False,
                cache: DecoderCache | None = None) -> Tensor:
-        """Decoder outputs, tgt's shape. With a cache (`self.decoder.new_cache()`), tgt is only the new positions."""
+        """Decoder outputs, tgt's shape. With a cache (`self.decoder.new_cache()`), tgt is only the new positions.
+
+        Unlike `forward` (torch's), tgt_is_causal=True needs no tgt_mask here: the causal mask is made
+        for the target (or, with a cache, the layers apply it to the new positions).
+        """
+        if tgt_is_causal and tgt_mask is None and cache is None:
+            length = tgt.size(1 if self.batch_first and tgt.dim() == 3 else 0)
+            tgt_mask = ~causal_mask(length, length, device=tgt.device)  # True above the diagonal: the future
         extra = {} if cache is None else {"cache": cache}  # a custom decoder need not know caches
         return self.decoder(tgt, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
                             tgt_key_padding_mask=tgt_key_padding_mask,
@@ -82,14 +95,15 @@ class Transformer(nn.Module):
                             memory_is_causal=memory_is_causal, **extra)
 
     def _check_pair(self, src: Tensor, tgt: Tensor) -> None:
+        """torch's checks (RuntimeError: InputError), and batched against unbatched (torch asserts: ShapeError)."""
         if src.dim() != tgt.dim():
-            raise ValueError(f"src {tuple(src.shape)} and tgt {tuple(tgt.shape)} must both be batched or both not")
+            raise ShapeError(f"src {tuple(src.shape)} and tgt {tuple(tgt.shape)} must both be batched or both not")
         batch_dim = 0 if self.batch_first else 1
         if src.dim() == 3 and src.size(batch_dim) != tgt.size(batch_dim):
-            raise ValueError(f"src {tuple(src.shape)} and tgt {tuple(tgt.shape)} differ in batch size "
-                             f"(batch_first={self.batch_first})")
+            raise InputError(f"src {tuple(src.shape)} and tgt {tuple(tgt.shape)} differ in batch size "
+                             f"(batch_first={self.batch_first}): the batch number of src and tgt must be equal")
         if src.size(-1) != self.d_model or tgt.size(-1) != self.d_model:
-            raise ValueError(f"src {tuple(src.shape)} and tgt {tuple(tgt.shape)} must have d_model={self.d_model} "
+            raise InputError(f"src {tuple(src.shape)} and tgt {tuple(tgt.shape)} must have d_model={self.d_model} "
                              f"features")
 
     @staticmethod

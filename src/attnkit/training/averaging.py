@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from attnkit.errors import CheckpointError
-from attnkit.training.checkpoint import read_weights
+from attnkit.storage.checkpoint import read_weights
 
 
 def average_weights(paths: Sequence[Path]) -> dict[str, Tensor]:

@@ -12,6 +12,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from attnkit.storage import RunFolder, atomic_write  # noqa: E402
+
 _NOT_METRICS = {"step", "time", "split", "epoch", "elapsed_s"}
 
 
@@ -51,3 +53,8 @@ def _panel(ax, records: Sequence[dict[str, Any]], key: str, label: str, **style:
     ax.set_xlabel("step")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
+
+
+def plot_run_curves(run: RunFolder) -> Path:
+    """RUN/curves.png from the run's metrics.jsonl, written atomically."""
+    return atomic_write(run.curves_path, lambda temporary: plot_curves(run.metrics(), temporary))

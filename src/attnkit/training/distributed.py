@@ -158,20 +158,6 @@ def average(values: Mapping[str, float], summed: Sequence[str] = ()) -> dict[str
     return {key: value if key in summed else value / world_size() for key, value in zip(keys, total.tolist())}
 
 
-def global_count(count: float, device: torch.device) -> float:
-    """DETR's box normaliser across ranks: the total count over all ranks / world size, at least 1.
-
-    Each rank divides its loss by it and DDP averages the gradients, so the loss is normalised by
-    the number of boxes in the global batch (as in the official DETR).
-    """
-    if not active():
-        return max(float(count), 1.0)
-    total = torch.tensor([float(count)], dtype=torch.float64,
-                         device=device if dist.get_backend() == "nccl" else "cpu")
-    dist.all_reduce(total)
-    return max(total.item() / world_size(), 1.0)
-
-
 def from_main(value: int) -> int:
     """Rank 0's `value` on every rank (a decision such as "stop now" that must be the same everywhere)."""
     if not active():

@@ -14,8 +14,8 @@ means; the loop supplies everything else:
   - checkpoints every `checkpoint_every_steps` steps or `checkpoint_every_minutes` minutes and
     at the end: weights/last, weights/best (by the task's `best_metric`), weights/average (the
     mean of the last `average_last` checkpoints) and the training state;
-  - at the end of every run, the run report RUN/report.html (`attnkit.visualize.report`); a
-    report that fails to draw only warns;
+  - at the end of every run, whatever the caller asks for (`at_end`: the command line writes the
+    run report there);
   - stops on the budget (steps, epochs or minutes, whichever comes first) or on Ctrl-C: the step
     under way finishes, the state is saved, then KeyboardInterrupt is raised as usual (a second
     Ctrl-C aborts at once, without saving);
@@ -37,7 +37,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import islice
 from typing import Any, Literal, Protocol
@@ -48,10 +48,10 @@ from torch import nn
 from attnkit.errors import CheckpointError, ConfigError, DataError, UserError
 from attnkit.training import distributed
 from attnkit.training.averaging import average_weights
-from attnkit.training.checkpoint import check_state_dict, save_weights
+from attnkit.storage.checkpoint import check_state_dict, save_weights
 from attnkit.training.progress import Progress, estimate_eta, format_duration
 from attnkit.training.rng import capture_rng, isolated_rng, restore_rng
-from attnkit.training.run_folder import RunFolder
+from attnkit.storage.run_folder import RunFolder
 
 
 class TrainingDiverged(UserError):
@@ -249,12 +249,13 @@ class Trainer:
     """Trains `task` in `run` until `budget` is spent; see the module docstring for what it does."""
 
     def __init__(self, task: TrainingTask, run: RunFolder, budget: Budget, config: LoopConfig = LoopConfig(),
-                 progress: bool = True) -> None:
+                 progress: bool = True, at_end: Sequence[Callable[[RunFolder], None]] = ()) -> None:
         missing = [name for name in ("model", "optimizer", "scheduler", "batches", "train_step", "evaluate")
                    if not hasattr(task, name)]
         if missing:
             raise TypeError(f"{type(task).__name__} is not a TrainingTask: it has no {', '.join(missing)}")
         self.task, self.run, self.budget, self.config, self.show_progress = task, run, budget, config, progress
+        self.at_end = at_end  # called with the run folder once training stops, saved (the run report)
         parameter = next(task.model.parameters(), None)
         self.device = parameter.device if parameter is not None else torch.device("cpu")
         if config.amp == "fp16" and self.device.type != "cuda":
@@ -293,7 +294,8 @@ class Trainer:
             progress.close()
         print(result.summary(self.run), flush=True)
         if distributed.is_main():
-            self._write_report()
+            for callback in self.at_end:
+                callback(self.run)
         if reason == "interrupted":  # saved: now behave like any Ctrl-C (the CLI exits with code 130)
             raise KeyboardInterrupt
         if reason == "diverged":
@@ -304,17 +306,6 @@ class Trainer:
                 f"{self.config.max_nonfinite} non-finite losses in a row at step {self.state.step}; {kept}. "
                 "Lower the learning rate, clip gradients (grad_clip) or turn off fp16.")
         return result
-
-    def _write_report(self) -> None:
-        """RUN/report.html (attnkit.visualize.report); a failure to draw it is a warning, never a lost run."""
-        try:
-            from attnkit.visualize.report import write_report
-
-            with isolated_rng():
-                print(f"report: {write_report(self.run, task=self.task)}", flush=True)
-        except Exception as error:  # noqa: BLE001 - the run is saved; the report is a view of it
-            print(f"warning: could not write {self.run.path / 'report.html'} ({type(error).__name__}: {error}); "
-                  f"try again with: attnkit report {self.run.path}", file=sys.stderr, flush=True)
 
     def _run(self, stream: _BatchStream, progress: Progress, interrupted: threading.Event) -> str:
         state = self.state
@@ -368,7 +359,9 @@ class Trainer:
                 self._save_state()  # again, now with the validation's best metric
         self._write_average()
         if self.run.metrics_path.is_file():
-            self.run.plot_curves()
+            from attnkit.training.curves import plot_run_curves
+
+            plot_run_curves(self.run)
         return FitResult(reason, state.step, state.epoch, self.elapsed, self.last_loss, self.best_metric,
                          state.best_value, state.best_step, state.nonfinite_total)
 

@@ -16,6 +16,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+import torch
 from torch import nn
 
 from attnkit.baselines.bahdanau_rnn import BahdanauRNN, BahdanauRNNConfig, match_transformer
@@ -131,7 +132,12 @@ def with_architecture(config: TranslationConfig, arch: str) -> TranslationConfig
         return config
     if config.arch != "transformer":
         raise ConfigError(f"arch '{arch}' is sized from a transformer preset, not from arch '{config.arch}'")
-    return dataclasses.replace(config, arch=arch, model=match_transformer(config.model))
+    vocab = max(config.model.source_vocab_size, config.model.target_vocab_size, 5)
+    with torch.device("meta"):  # count the Transformer's parameters without allocating them
+        counted = Seq2SeqTransformer(dataclasses.replace(config.model, source_vocab_size=vocab,
+                                                         target_vocab_size=vocab))
+    parameters = sum(p.numel() for p in counted.parameters())
+    return dataclasses.replace(config, arch=arch, model=match_transformer(config.model, parameters))
 
 
 def default_preset_name(cuda: bool) -> str:

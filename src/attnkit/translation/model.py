@@ -54,7 +54,7 @@ class Seq2SeqConfig:
     share_embeddings: bool = True  # source embedding = target embedding (needs a joint vocabulary)
     source_vocab_size: int = 0
     target_vocab_size: int = 0
-    # Details of models trained elsewhere (attnkit.interop); the defaults are the paper's.
+    # Details of models trained elsewhere (attnkit.app.interop); the defaults are the paper's.
     sinusoid_layout: Literal["interleaved", "halves"] = "interleaved"  # halves: sin | cos (Marian, fairseq)
     activation: Literal["relu", "gelu", "silu"] = "relu"  # silu = swish (Marian)
     final_norm: bool = True  # a LayerNorm after the last encoder and decoder layer (none in Marian)

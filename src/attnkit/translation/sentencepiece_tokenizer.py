@@ -3,7 +3,7 @@ Marian's opus-mt models use: a SentencePiece model per side segments the text in
 vocabulary maps each piece to an id (a piece it lacks is <unk>).
 
 The ids follow attnkit's convention (tokenizer.py: <pad> 0, <s> 1, </s> 2, <unk> 3, then the
-pieces), so batching, decoding and the losses work unchanged; `attnkit.interop.marian_import`
+pieces), so batching, decoding and the losses work unchanged; `attnkit.app.interop.marian_import`
 orders an imported vocabulary this way. A leading language token (`>>fr<<`, multi-target models)
 is kept whole, as MarianTokenizer does.
 

@@ -84,7 +84,7 @@ class SubwordTokenizer:
     @classmethod
     def load(cls, folder: Path | str) -> SubwordTokenizer:
         folder = Path(folder)
-        from attnkit.translation import sentencepiece_tokenizer as spm  # imported models (attnkit.interop)
+        from attnkit.translation import sentencepiece_tokenizer as spm  # imported models (attnkit.app.interop)
         if (folder / spm.VOCAB_FILE).is_file():
             return spm.SentencePieceTokenizer.load(folder)
         if (folder / JOINT_FILE).is_file():

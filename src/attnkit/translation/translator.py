@@ -55,7 +55,7 @@ class Translator:
     @classmethod
     def from_run(cls, run: Path | str, weights: str = "best", device: str | torch.device | None = None) -> Translator:
         """Load RUN's config.json, tokenizer and weights ("best", "last" or "average")."""
-        from attnkit.training import RunFolder, load_weights, read_weights
+        from attnkit.storage import RunFolder, load_weights, read_weights
 
         folder = RunFolder.open(Path(run), RUN_KIND)
         config = TranslationConfig.from_dict(folder.config)

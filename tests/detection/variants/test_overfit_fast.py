@@ -6,7 +6,7 @@ import torch
 from attnkit.detection.config import DetectionConfig, preset
 from attnkit.detection.data import CocoDetection, resolve_coco
 from attnkit.detection.shapes import ShapesConfig, write_shapes
-from attnkit.detection.task import DetectionTask
+from attnkit.app.detection.recipe import DetectionTask
 from attnkit.detection.transforms import eval_transforms
 
 

@@ -27,8 +27,7 @@ from torch import Tensor, nn
 from torchvision.ops import box_convert
 
 from attnkit.detection.hungarian_matcher import Match
-from attnkit.detection.set_criterion import SetCriterion
-from attnkit.training import distributed
+from attnkit.detection.set_criterion import SetCriterion, global_box_count
 
 
 @dataclass(frozen=True)
@@ -128,7 +127,7 @@ class DenoisingCriterion(nn.Module):
             return losses
         dn = outputs["dn_outputs"]
         device = dn["pred_boxes"].device
-        num_boxes = distributed.global_count(sum(len(m.queries) for m in dn["matches"]), device)
+        num_boxes = global_box_count(sum(len(m.queries) for m in dn["matches"]), device)
         terms = self.set_criterion.set_terms([*dn["aux_outputs"], dn], targets, num_boxes, dn["matches"])  # (layers,)
         total = self.set_criterion.weighted({k: v.sum() for k, v in terms.items()})
         return {**losses, "loss": losses["loss"] + total, **{f"{k}_dn": v[-1].detach() for k, v in terms.items()}}

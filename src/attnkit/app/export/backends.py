@@ -1,0 +1,59 @@
+"""`--backend pytorch|onnxruntime` for `attnkit detect` and `attnkit translate`.
+
+With onnxruntime, RUN may be a run folder (its export in RUN/onnx is written on first use, or
+reused when it is newer than the weights) or an export folder written by `attnkit export onnx`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from attnkit.errors import ConfigError, require_extra
+
+BACKENDS = ("pytorch", "onnxruntime")
+
+
+def export_folder(run: Path, weights: str) -> Path:
+    """The ONNX export of RUN: RUN itself if it is one, else RUN/onnx (exported now if missing or stale)."""
+    from attnkit.app.export.onnx_export import MANIFEST, export_run
+
+    run = Path(run)
+    if (run / MANIFEST).is_file():
+        return run
+    folder = run / "onnx"
+    weights_file = run / "weights" / f"{weights}.safetensors"
+    stale = weights_file.is_file() and (folder / MANIFEST).is_file() and \
+        weights_file.stat().st_mtime > (folder / MANIFEST).stat().st_mtime
+    if not (folder / MANIFEST).is_file() or stale or weights != "best":
+        print(f"exporting {run} to ONNX in {folder} (once)")
+        export_run(run, folder, weights)
+    return folder
+
+
+def load_detector(run: Path, weights: str, device, backend: str):
+    _check(backend)
+    if backend == "onnxruntime":
+        from attnkit.app.export.ort_detector import OrtDetector
+
+        return OrtDetector(export_folder(run, weights))
+    from attnkit.detection.detector import Detector
+
+    return Detector.from_run(run, weights, device)
+
+
+def load_translator(run: Path, weights: str, backend: str):
+    _check(backend)
+    if backend == "onnxruntime":
+        from attnkit.app.export.ort_translator import OrtTranslator
+
+        return OrtTranslator(export_folder(run, weights))
+    from attnkit.translation.translator import Translator
+
+    return Translator.from_run(run, weights=weights)
+
+
+def _check(backend: str) -> None:
+    if backend not in BACKENDS:
+        raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend == "onnxruntime":
+        require_extra("onnx", ["onnx", "onnxscript", "onnxruntime"], "--backend onnxruntime")

@@ -1,0 +1,117 @@
+"""`OrtTranslator`: the exported translator run by ONNX Runtime, generating incrementally.
+
+`OrtSeq2Seq` implements the decoding protocol of `attnkit.translation.decoding` (encode,
+start_cache, decode_step) over the two graphs, so greedy and beam search are the same code as
+for the PyTorch model; each step feeds the previous step's present keys and values back as past.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from attnkit.app.export.onnx_export import DECODER_FILE, ENCODER_FILE, read_manifest
+from attnkit.translation.batching import pad_ids, token_batches
+from attnkit.translation.config import TranslationConfig
+from attnkit.translation.decoding import beam_search, greedy_decode
+from attnkit.translation.tokenizer import EOS_ID, SubwordTokenizer
+
+
+@dataclass
+class OrtEncoded:
+    padding_mask: np.ndarray  # (batch, source) bool
+    cross_keys: np.ndarray  # (layers, batch, heads, source, head_dim)
+    cross_values: np.ndarray
+
+    def select(self, rows: Tensor) -> OrtEncoded:
+        index = rows.cpu().numpy()
+        return OrtEncoded(self.padding_mask[index], self.cross_keys[:, index], self.cross_values[:, index])
+
+
+@dataclass
+class OrtCache:
+    keys: np.ndarray  # (layers, batch, heads, length, head_dim)
+    values: np.ndarray
+
+    @property
+    def length(self) -> int:
+        return self.keys.shape[3]
+
+    def reorder(self, rows: Tensor) -> None:
+        index = rows.cpu().numpy()
+        self.keys, self.values = self.keys[:, index], self.values[:, index]
+
+
+class OrtSeq2Seq:
+    """The encoder and decoder-step graphs behind the `EncoderDecoder` protocol."""
+
+    def __init__(self, folder: Path, manifest: dict, threads: int | None = None) -> None:
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        if threads:
+            options.intra_op_num_threads = threads
+        providers = ["CPUExecutionProvider"]
+        self.encoder = onnxruntime.InferenceSession(str(folder / ENCODER_FILE), options, providers=providers)
+        self.decoder = onnxruntime.InferenceSession(str(folder / DECODER_FILE), options, providers=providers)
+        self.shape = (manifest["layers"], manifest["heads"], manifest["head_dim"])
+
+    def encode(self, source: Tensor, source_padding_mask: Tensor) -> OrtEncoded:
+        mask = source_padding_mask.cpu().numpy()
+        keys, values = self.encoder.run(None, {"source": source.cpu().numpy(), "source_padding_mask": mask})
+        return OrtEncoded(mask, keys, values)
+
+    def start_cache(self, encoded: OrtEncoded) -> OrtCache:
+        layers, heads, head_dim = self.shape
+        empty = np.zeros((layers, encoded.padding_mask.shape[0], heads, 0, head_dim), dtype=np.float32)
+        return OrtCache(empty, empty.copy())
+
+    def decode_step(self, prefix: Tensor, encoded: OrtEncoded, cache: OrtCache | None) -> Tensor:
+        """Next-token logits (batch, vocab); without a cache the prefix is run step by step from scratch."""
+        if cache is None:
+            cache = self.start_cache(encoded)
+            for position in range(prefix.size(1) - 1):
+                self._step(prefix[:, position:position + 1], encoded, cache)
+        return self._step(prefix[:, cache.length:cache.length + 1], encoded, cache)
+
+    def _step(self, token: Tensor, encoded: OrtEncoded, cache: OrtCache) -> Tensor:
+        logits, cache.keys, cache.values = self.decoder.run(None, {
+            "token": token.cpu().numpy(), "position": np.array([cache.length], dtype=np.int64),
+            "source_padding_mask": encoded.padding_mask, "cross_keys": encoded.cross_keys,
+            "cross_values": encoded.cross_values, "past_keys": cache.keys, "past_values": cache.values})
+        return torch.from_numpy(logits)  # (batch, vocab)
+
+
+class OrtTranslator:
+    """An export folder's translator: its tokenizer and the two graphs; `translate` as `Translator.translate`."""
+
+    def __init__(self, folder: Path | str, threads: int | None = None) -> None:
+        folder = Path(folder)
+        manifest = read_manifest(folder, "translation")
+        self.config = TranslationConfig.from_dict(manifest["config"])
+        self.tokenizer = SubwordTokenizer.load(folder)
+        self.model = OrtSeq2Seq(folder, manifest, threads)
+
+    def translate(self, texts: Sequence[str], beam_size: int | None = None, alpha: float | None = None) -> list[str]:
+        """One translation per sentence, in length-sorted batches like `translate_texts`; beam_size 1 is greedy."""
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        beam_size = self.config.beam_size if beam_size is None else beam_size
+        alpha = self.config.length_penalty if alpha is None else alpha
+        limit = self.config.max_length
+        sources = [ids[:limit - 1] + [EOS_ID] for ids in self.tokenizer.encode_source(texts)]
+        outputs: list[list[int]] = [[] for _ in sources]
+        budget = max(4000 // max(beam_size, 1), limit)
+        for batch in token_batches([(len(s), len(s)) for s in sources], budget, shuffle=False):
+            source = pad_ids([sources[i] for i in batch])  # (batch, source_length)
+            if beam_size == 1:
+                decoded = greedy_decode(self.model, source)
+            else:
+                decoded = [h.tokens for h in beam_search(self.model, source, beam_size=beam_size, alpha=alpha)]
+            for index, tokens in zip(batch, decoded):
+                outputs[index] = tokens
+        return self.tokenizer.decode_target(outputs)

@@ -1,0 +1,185 @@
+"""Importing trained DETR models (Carion et al. 2020): facebookresearch/detr checkpoints and Hugging
+Face `DetrForObjectDetection` folders, into an attnkit detection run folder.
+
+attnkit's DETR keeps the official module names (`backbone.0.body.*`, `input_proj`, `query_embed`,
+`transformer.{encoder,decoder}.layers.N.*`, `class_embed`, `bbox_embed.layers.N`), so an official
+checkpoint's `checkpoint["model"]` loads as it is. A Hugging Face folder is renamed with the
+inverse of the published conversion table (transformers' `convert_detr_original_pytorch_checkpoint
+_to_pytorch.py`), for both its old (4.x: `out_proj`, `fc1`, timm backbone) and new (5.x: `o_proj`,
+`mlp.fc1`, HF ResNet backbone) key layouts; its separate q/k/v projections are packed into torch's
+`in_proj_weight`. The backbone family (R18/34/50/101) and all sizes are read off the tensors; the
+number of heads and DC5 are not in the tensors (official: `--heads`, default 8; DC5 from the name).
+A COCO model's 91 outputs (label = category id, 11 ids unused: "N/A") become COCO's 80 categories
+(`category_ids` keeps each label's id), the labels `detect` and `eval detection` use.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from attnkit.detection.architectures import build_model
+from attnkit.detection.config import DetectionConfig, DetectionTrainConfig, DetrConfig
+from attnkit.errors import CheckpointError, ConfigError
+from attnkit.app.interop.weights_files import (fuse_qkv, hf_layer_to_torch, load_all_or_nothing, read_hf_folder,
+                                          read_torch_file)
+
+# COCO 2017 category id -> name; "N/A" where COCO has no category (DETR predicts ids directly, 91 labels).
+COCO_91 = ("N/A", "person", "bicycle", "car", "motorcycle", "airplane", "bus", "train", "truck", "boat",
+           "traffic light", "fire hydrant", "N/A", "stop sign", "parking meter", "bench", "bird", "cat", "dog",
+           "horse", "sheep", "cow", "elephant", "bear", "zebra", "giraffe", "N/A", "backpack", "umbrella", "N/A",
+           "N/A", "handbag", "tie", "suitcase", "frisbee", "skis", "snowboard", "sports ball", "kite",
+           "baseball bat", "baseball glove", "skateboard", "surfboard", "tennis racket", "bottle", "N/A",
+           "wine glass", "cup", "fork", "knife", "spoon", "bowl", "banana", "apple", "sandwich", "orange",
+           "broccoli", "carrot", "hot dog", "pizza", "donut", "cake", "chair", "couch", "potted plant", "bed",
+           "N/A", "dining table", "N/A", "N/A", "toilet", "N/A", "tv", "laptop", "mouse", "remote", "keyboard",
+           "cell phone", "microwave", "oven", "toaster", "sink", "refrigerator", "N/A", "book", "clock", "vase",
+           "scissors", "teddy bear", "hair drier", "toothbrush")
+
+# Hugging Face name (after the backbone prefix is handled) -> official name; applied in order, first match wins.
+HF_TO_OFFICIAL = [
+    (r"^model\.input_projection\.", "input_proj."),
+    (r"^model\.query_position_embeddings\.", "query_embed."),
+    (r"^class_labels_classifier\.", "class_embed."),
+    (r"^bbox_predictor\.layers\.", "bbox_embed.layers."),
+    (r"^model\.decoder\.layernorm\.", "transformer.decoder.norm."),
+    (r"^model\.encoder\.layernorm\.", "transformer.encoder.norm."),
+    (r"^model\.(encoder|decoder)\.layers\.(\d+)\.", r"transformer.\1.layers.\2."),
+]
+BACKBONE_PREFIXES = ("model.backbone.conv_encoder.model.", "model.backbone.model.")
+
+
+def read_official_checkpoint(path: Path) -> dict[str, Tensor]:
+    """A facebookresearch/detr `.pth`: `checkpoint["model"]` (or a bare state dict), official names."""
+    checkpoint = read_torch_file(path)
+    state = checkpoint.get("model", checkpoint)
+    if not isinstance(state, dict) or "query_embed.weight" not in state:
+        raise CheckpointError(f"{path}: not a DETR checkpoint (no model['query_embed.weight'])")
+    return {k.removeprefix("module."): v for k, v in state.items() if not k.endswith("num_batches_tracked")}
+
+
+def hf_to_official(tensors: dict[str, Tensor]) -> dict[str, Tensor]:
+    """A DetrForObjectDetection state dict -> official DETR names (q/k/v packed)."""
+    renamed: dict[str, Tensor] = {}
+    for name, tensor in tensors.items():
+        if name.endswith("num_batches_tracked"):
+            continue
+        renamed[_official_name(name)] = tensor
+    for name in sorted({n.rsplit(".", 2)[0] for n in renamed if re.search(r"\.[qkv]_proj\.", n)}):
+        fuse_qkv(renamed, name, name.replace("encoder_attn", "multihead_attn"))
+    return renamed
+
+
+def _official_name(name: str) -> str:
+    for prefix in BACKBONE_PREFIXES:
+        if name.startswith(prefix):
+            return "backbone.0.body." + hf_resnet_to_torchvision(name[len(prefix):])
+    for pattern, replacement in HF_TO_OFFICIAL:
+        new, count = re.subn(pattern, replacement, name)
+        if count:
+            name = new
+            break
+    match = re.match(r"^(transformer\.(encoder|decoder)\.layers\.\d+\.)(.*)$", name)
+    if match:
+        head, side, rest = match.groups()
+        name = head + hf_layer_to_torch(rest, side)
+    return name
+
+
+def hf_resnet_to_torchvision(name: str) -> str:
+    """transformers' ResNet names (`embedder.embedder.convolution`, `encoder.stages.S.layers.L.layer.I`) ->
+    torchvision's (`conv1`, `layer{S+1}.L.conv{I+1}`); timm/torchvision names pass unchanged."""
+    name = re.sub(r"^embedder\.embedder\.convolution\.", "conv1.", name)
+    name = re.sub(r"^embedder\.embedder\.normalization\.", "bn1.", name)
+    match = re.match(r"^encoder\.stages\.(\d+)\.layers\.(\d+)\.(.*)$", name)
+    if not match:
+        return name
+    stage, block, rest = match.groups()
+    rest = re.sub(r"^shortcut\.convolution\.", "downsample.0.", rest)
+    rest = re.sub(r"^shortcut\.normalization\.", "downsample.1.", rest)
+    rest = re.sub(r"^layer\.(\d+)\.convolution\.", lambda m: f"conv{int(m.group(1)) + 1}.", rest)
+    rest = re.sub(r"^layer\.(\d+)\.normalization\.", lambda m: f"bn{int(m.group(1)) + 1}.", rest)
+    return f"layer{int(stage) + 1}.{block}.{rest}"
+
+
+def infer_config(tensors: dict[str, Tensor], num_heads: int = 8, dilation: bool = False) -> DetrConfig:
+    """The DetrConfig the official-named `tensors` were trained with (sizes read off their shapes)."""
+    def count(prefix: str) -> int:
+        return len({k[len(prefix):].split(".")[0] for k in tensors if k.startswith(prefix)})
+
+    try:
+        hidden_dim = tensors["query_embed.weight"].shape[1]
+        blocks = count("backbone.0.body.layer3.")
+        bottleneck = "backbone.0.body.layer1.0.conv3.weight" in tensors
+        backbone = {(True, 6): "resnet50", (True, 23): "resnet101", (False, 2): "resnet18",
+                    (False, 6): "resnet34"}.get((bottleneck, blocks))
+        if backbone is None:
+            raise CheckpointError(f"unknown ResNet backbone ({blocks} blocks in layer3, bottleneck={bottleneck})")
+        return DetrConfig(
+            num_classes=tensors["class_embed.weight"].shape[0] - 1, backbone=backbone, dilation=dilation,
+            frozen_batchnorm=True, hidden_dim=hidden_dim, num_heads=num_heads,
+            enc_layers=count("transformer.encoder.layers."), dec_layers=count("transformer.decoder.layers."),
+            dim_feedforward=tensors["transformer.decoder.layers.0.linear1.weight"].shape[0],
+            num_queries=tensors["query_embed.weight"].shape[0],
+            pre_norm="transformer.encoder.norm.weight" in tensors)
+    except KeyError as error:
+        raise CheckpointError(f"not a DETR state dict: no tensor {error}") from None
+
+
+def read_detr(path: Path, num_heads: int | None = None, dilation: bool | None = None):
+    """(DetrConfig, official-named tensors, class names) from an official `.pth` or a Hugging Face folder."""
+    path = Path(path)
+    if path.is_dir():
+        hf_config, weights = read_hf_folder(path)
+        if hf_config.get("model_type", "detr") != "detr":
+            raise CheckpointError(f"{path}: model_type is {hf_config.get('model_type')!r}, not 'detr'")
+        if hf_config.get("activation_function", "relu") != "relu":
+            raise CheckpointError(f"{path}: activation {hf_config['activation_function']!r}; DETR uses relu")
+        tensors = hf_to_official(weights)
+        heads = num_heads or hf_config.get("encoder_attention_heads", 8)
+        config = infer_config(tensors, heads, bool(hf_config.get("dilation", False)) if dilation is None else dilation)
+        labels = hf_config.get("id2label") or {}
+        names = tuple(labels.get(str(i), labels.get(i, str(i))) for i in range(config.num_classes))
+    else:
+        tensors = read_official_checkpoint(path)
+        config = infer_config(tensors, num_heads or 8, "dc5" in path.name.lower() if dilation is None else dilation)
+        names = COCO_91 if config.num_classes == len(COCO_91) else tuple(str(i) for i in range(config.num_classes))
+    return config, tensors, names
+
+
+def drop_unused_labels(config: DetrConfig, tensors: dict[str, Tensor], names):
+    """Drop the class outputs named "N/A" (COCO ids without a category: never a training target).
+
+    The official and Hugging Face COCO models predict category ids directly (91 labels, 11 unused);
+    attnkit's labels are the dataset's categories in order, as `eval detection` reads COCO. Returns
+    (config, tensors, names, category_ids): label i is category id category_ids[i].
+    """
+    keep = [label for label, name in enumerate(names) if name != "N/A"]
+    if len(keep) == len(names):
+        return config, tensors, names, list(range(len(names)))
+    rows = torch.tensor(keep + [config.num_classes])  # the real classes, then "no object"
+    tensors = {**tensors, **{k: tensors[k][rows] for k in ("class_embed.weight", "class_embed.bias")}}
+    return replace(config, num_classes=len(keep)), tensors, [names[i] for i in keep], keep
+
+
+def import_detr(path: Path, out: Path, num_heads: int | None = None, dilation: bool | None = None):
+    """Write an attnkit detection run folder at `out` from a DETR checkpoint or HF folder; returns the RunFolder."""
+    from attnkit.storage import RunFolder, save_weights
+
+    config, tensors, names = read_detr(Path(path), num_heads, dilation)
+    config, tensors, names, category_ids = drop_unused_labels(config, tensors, names)
+    model = build_model(config)
+    load_all_or_nothing(model, tensors, str(path))  # names every unmatched, missing or mis-shaped tensor
+    run_config = DetectionConfig(model=config, train=DetectionTrainConfig(), preset="imported", data="coco",
+                                 class_names=tuple(names), category_ids=tuple(category_ids))
+    if out.exists() and any(out.iterdir()):
+        raise ConfigError(f"{out} already exists and is not empty; choose another --out")
+    run = RunFolder.create(out, "detection", {**run_config.to_dict(), "imported_from": str(path)})
+    metadata = {"imported_from": str(path)}
+    save_weights(run.last_weights, model.state_dict(), metadata)
+    save_weights(run.best_weights, model.state_dict(), metadata)
+    return run

@@ -1,0 +1,196 @@
+"""Command line: `attnkit train translation`, `attnkit eval translation`, `attnkit translate`, `attnkit data numbers`."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+import typer
+
+from attnkit.app.cli import app, data_app, eval_app, train_app
+from attnkit.errors import ConfigError, refuse_changes, user_errors
+
+DATA_HELP = "Built-in dataset (numbers:de) or a folder with train.*, valid.* (and test.*): .tsv, .jsonl or SRC/TGT files."
+
+
+@train_app.command("translation")
+def train_translation(
+    data: str = typer.Option(None, "--data", help=DATA_HELP),
+    out: Path = typer.Option(..., "--out", help="Run folder to write (config, tokenizer, weights, metrics)."),
+    train: Path = typer.Option(None, "--train", help="Training split file (instead of, or over, --data)."),
+    valid: Path = typer.Option(None, "--valid", help="Validation split file."),
+    test: Path = typer.Option(None, "--test", help="Test split file, scored at the end."),
+    preset: str = typer.Option(None, "--preset", help="tiny, small or base (default: tiny on a CPU, base on a GPU)."),
+    arch: str = typer.Option(None, "--arch", help="transformer (the default), or rnn: the RNN encoder-decoder with "
+                             "additive attention (Bahdanau et al. 2015) with the preset's parameter count."),
+    source_lang: str = typer.Option(None, "--source-lang", help="Source language code (JSON lines, aligned files)."),
+    target_lang: str = typer.Option(None, "--target-lang", help="Target language code."),
+    minutes: float = typer.Option(None, "--minutes", help="Time budget."),
+    steps: int = typer.Option(None, "--steps", help="Optimizer-step budget."),
+    epochs: int = typer.Option(None, "--epochs", help="Epoch budget."),
+    set_: list[str] = typer.Option([], "--set", help="Override any config value: --set model.d_model=256 --set warmup_steps=1000."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the run in OUT where it stopped."),
+    device: str = typer.Option(None, "--device", help="cpu or cuda (default: cuda when available)."),
+    skip_bad_lines: bool = typer.Option(False, "--skip-bad-lines", help="Skip malformed data lines (not UTF-8, no "
+                                        "tab, bad JSON) and list them, instead of stopping at the first."),
+    amp: str = typer.Option(None, "--amp", help="Autocast: auto (the default: bf16 on CUDA and on CPUs with native "
+                            "bf16), off, bf16, or fp16 (CUDA only, with loss scaling); same as --set amp=..."),
+    accumulate: int = typer.Option(None, "--accumulate", help="Batches per optimizer step (default 1); same as "
+                                   "--set accumulate=N."),
+    compile_: bool = typer.Option(False, "--compile", help="Train through torch.compile (the first step compiles; "
+                                  "weights are saved as without it)."),
+) -> None:
+    """Train a translation model (a Transformer, or with --arch rnn the RNN baseline); writes the run folder OUT."""
+    with user_errors():
+        from attnkit.training import Budget
+        from attnkit.training.precision import resolve_amp
+        from attnkit.translation.data import load_splits
+        from attnkit.app.translation.recipe import train_run
+
+        from attnkit.training import distributed
+
+        device = distributed.setup(_device(device))  # one process, or one of torchrun's (only rank 0 prints)
+        set_ = list(set_) + ([f"amp={amp}"] if amp else []) + \
+            ([f"accumulate={accumulate}"] if accumulate is not None else [])
+        config = _resolve_config(out, preset, set_, source_lang, target_lang, resume, device, arch)
+        resolve_amp(config.amp, device)  # fp16 on a CPU: an error now, before the data is read
+        budget = Budget(steps=steps, epochs=epochs, minutes=minutes if (steps or epochs or minutes) else 10.0)
+        splits = load_splits(data, {"train": train, "valid": valid, "test": test}, config.source_lang,
+                             config.target_lang, skip_bad=skip_bad_lines)
+        for corpus in splits.values():
+            print(f"data: {corpus.report.summary()}")
+        run = train_run(config, splits, out, budget, device, resume=resume, compile=compile_)
+        if "test" in splits and distributed.is_main():
+            _report_test(run.path, splits["test"], config.beam_size)
+        print(f"run folder: {run.path}")
+        distributed.finish()
+
+
+@eval_app.command("translation")
+def eval_translation(
+    run: Path = typer.Argument(..., help="A translation run folder."),
+    data: str = typer.Option(..., "--data", help="Test data: numbers:de, a folder (its test.*), or a file."),
+    beam_size: int = typer.Option(None, "--beam-size", help="Beam size (default: the run's, 4); 1 is greedy."),
+    weights: str = typer.Option("best", "--weights", help="best, last or average."),
+    source_lang: str = typer.Option(None, "--source-lang"),
+    target_lang: str = typer.Option(None, "--target-lang"),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Score RUN on a test set: BLEU and chrF (sacreBLEU), exact match."""
+    with user_errors():
+        from attnkit.translation.data import load_splits
+        from attnkit.translation.translator import Translator
+
+        translator = Translator.from_run(run, weights=weights)
+        test = load_splits(data, None, source_lang or translator.config.source_lang,
+                           target_lang or translator.config.target_lang, needed=("test",))["test"]
+        result = score_corpus(translator, test, beam_size)
+        if as_json:
+            print(json.dumps(result))
+        else:
+            print(f"{test.report.summary()}: BLEU {result['bleu']:.2f}, chrF {result['chrf']:.2f}, "
+                  f"exact match {result['exact_match']:.1f}% ({result['seconds']:.1f} s)")
+            print(f"sacreBLEU: {result['bleu_signature']} | {result['chrf_signature']}")
+
+
+@app.command("translate")
+def translate(
+    run: Path = typer.Argument(..., help="A translation run folder."),
+    text: list[str] = typer.Argument(None, help="Sentences to translate (default: stdin, one per line)."),
+    beam_size: int = typer.Option(None, "--beam-size", help="Beam size (default: the run's, 4); 1 is greedy."),
+    weights: str = typer.Option("best", "--weights", help="best, last or average."),
+    backend: str = typer.Option("pytorch", "--backend", help="pytorch, or onnxruntime (RUN's ONNX export, "
+                                "written to RUN/onnx on first use, or an `attnkit export onnx` folder)."),
+) -> None:
+    """Translate TEXT (or stdin, one sentence per line); print one translation per line."""
+    with user_errors():
+        from attnkit.app.export.backends import load_translator
+
+        translator = load_translator(run, weights, backend)
+        if text:
+            for line in translator.translate(text, beam_size=beam_size):
+                print(line)
+            return
+        for line in sys.stdin:  # line by line, so it works in a pipe as the input arrives
+            print(translator.translate([line.strip()], beam_size=beam_size)[0] if line.strip() else "", flush=True)
+
+
+@data_app.command("numbers")
+def data_numbers(
+    out: Path = typer.Option(..., "--out", help="Folder for train.tsv, valid.tsv, test.tsv."),
+    lang: str = typer.Option("de", "--lang", help="Target language (any num2words language: de, fr, es, ...)."),
+    max_number: int = typer.Option(9999, "--max-number", help="Numbers 1..N are split into train/valid/test."),
+) -> None:
+    """Write the built-in numbers corpus: English number words -> LANG number words, disjoint splits."""
+    with user_errors():
+        from attnkit.translation.numbers import NumbersSpec, numbers_splits, write_numbers
+
+        held_out = min(500, max_number // 10)  # valid and test sizes: 500 each, or a tenth for small N
+        spec = NumbersSpec(language=lang, max_number=max_number, valid_size=held_out, test_size=held_out)
+        paths = write_numbers(out, spec)
+        splits = numbers_splits(spec)
+        for split, path in paths.items():
+            print(f"{path}: {len(splits[split])} pairs")
+
+
+def _device(name: str | None) -> torch.device:
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"--device {name}: no CUDA device here")
+    try:
+        return torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"--device: unknown device '{name}' (cpu or cuda)") from None
+
+
+def _resolve_config(out: Path, preset_name: str | None, assignments: list[str], source_lang: str | None,
+                    target_lang: str | None, resume: bool, device: torch.device, arch: str | None = None):
+    from attnkit.translation.config import (TranslationConfig, check_kept, default_preset_name, override, preset,
+                                            with_architecture)
+
+    languages = [f"source_lang={json.dumps(source_lang)}"] if source_lang else []
+    languages += [f"target_lang={json.dumps(target_lang)}"] if target_lang else []
+    if resume and (out / "config.json").is_file():
+        from attnkit.storage import RunFolder
+
+        config = TranslationConfig.from_dict(RunFolder.open(out, "translation").config)
+        print(f"preset: {config.preset} (from {out / 'config.json'})")
+        refuse_changes(config.to_dict(), {"arch": arch}, ["arch"] if arch else [])  # not an override: sizes change
+        named = [f"preset={preset_name}"] if preset_name else []
+        check_kept(config, named + languages + list(assignments))  # no option may silently differ from config.json
+        return config
+    if preset_name is None:
+        preset_name = default_preset_name(device.type == "cuda")
+        print(f"preset: {preset_name} (the default on this machine, {device.type}; choose with --preset)")
+    else:
+        print(f"preset: {preset_name}")
+    config = override(with_architecture(preset(preset_name), arch or "transformer"), languages + list(assignments))
+    if assignments:
+        print(f"overrides: {', '.join(assignments)}")
+    return config
+
+
+def score_corpus(translator, corpus, beam_size: int | None) -> dict:
+    from attnkit.translation.evaluate import score
+
+    started = time.perf_counter()
+    hypotheses = translator.translate([p.source for p in corpus.pairs], beam_size=beam_size)
+    seconds = time.perf_counter() - started
+    return {**score(hypotheses, [p.target for p in corpus.pairs]).as_dict(), "seconds": round(seconds, 3)}
+
+
+def _report_test(run: Path, test, beam_size: int) -> None:
+    from attnkit.translation.translator import Translator
+
+    translator = Translator.from_run(run, weights="best")
+    result = score_corpus(translator, test, beam_size)
+    print(f"test ({len(test)} sentences, beam {beam_size}, best weights): BLEU {result['bleu']:.2f}, "
+          f"chrF {result['chrf']:.2f}, exact match {result['exact_match']:.1f}%")
+    for pair, hypothesis in zip(test.pairs[:3], translator.translate([p.source for p in test.pairs[:3]])):
+        print(f"  {pair.source} -> {hypothesis}  (reference: {pair.target})")
+
+
