@@ -54,7 +54,7 @@ def test_open_names_missing_and_malformed_config(tmp_path):
         RunFolder.open(tmp_path / "run")
 
 
-def test_metrics_log_truncation_and_curves(tmp_path):
+def test_metrics_log_truncation(tmp_path):
     run = RunFolder.create(tmp_path / "run", "toy", {})
     for step in (1, 2, 3):
         run.log({"step": step, "split": "train", "loss": 1.0 / step, "lr": 0.1})
@@ -67,8 +67,6 @@ def test_metrics_log_truncation_and_curves(tmp_path):
     assert len(run.metrics()) == 4
     run.truncate_metrics(after_step=2)
     assert [r["step"] for r in run.metrics()] == [1, 2]
-    path = run.plot_curves()
-    assert path == run.curves_path and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     run.metrics_path.write_text('{"step": 1}\nnot json\n{"step": 2}\n')
     with pytest.raises(DataError, match=r"metrics\.jsonl, line 2"):
         run.metrics()

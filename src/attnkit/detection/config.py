@@ -7,11 +7,11 @@ Saved together as the run folder's config.json and rebuilt from it.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
-from attnkit.errors import ConfigError, refuse_changes
+from attnkit import overrides
+from attnkit.errors import ConfigError
 
 BACKBONES = ("resnet18", "resnet34", "resnet50", "resnet101")
 
@@ -196,28 +196,10 @@ def preset(name: str) -> tuple[DetrConfig, DetectionTrainConfig]:
 
 
 def override(config: DetectionConfig, assignments: list[str]) -> DetectionConfig:
-    """Apply `model.KEY=VALUE` / `train.KEY=VALUE` strings; values are parsed as JSON when they can be."""
-    values = config.to_dict()
-    for assignment in assignments:
-        key, sep, raw = assignment.partition("=")
-        section, _, name = key.partition(".")
-        if not sep or section not in ("model", "train") or name not in values[section]:
-            known = [f"{s}.{k}" for s in ("model", "train") for k in values[s]]
-            raise ConfigError(f"cannot set '{assignment}': expected KEY=VALUE with KEY one of {', '.join(known)}")
-        try:
-            values[section][name] = json.loads(raw.lower() if raw.lower() in ("true", "false") else raw)
-        except json.JSONDecodeError:
-            values[section][name] = raw
-    try:
-        return DetectionConfig.from_dict(values)
-    except (TypeError, ValueError) as error:  # a value of the wrong type for its key; ConfigError passes
-        if isinstance(error, ConfigError):
-            raise
-        raise ConfigError(f"invalid value in {' '.join(assignments)} ({error})") from None
+    """CONFIG with `model.KEY=VALUE` / `train.KEY=VALUE` strings applied (`attnkit.overrides`)."""
+    return overrides.override(config, assignments, DetectionConfig.from_dict, sections=("model", "train"))
 
 
 def check_kept(config: DetectionConfig, assignments: list[str]) -> None:
-    """ConfigError if ASSIGNMENTS (`--set`, `--amp`, ...) give a key another value than CONFIG (a resumed
-    run's saved config) has."""
-    keys = [assignment.partition("=")[0] for assignment in assignments]
-    refuse_changes(config.to_dict(), override(config, assignments).to_dict(), keys)
+    """ConfigError if ASSIGNMENTS (`--set`, `--amp`, ...) change a resumed run's saved CONFIG."""
+    overrides.check_kept(config, assignments, override)

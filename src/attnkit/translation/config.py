@@ -20,7 +20,8 @@ import torch
 from torch import nn
 
 from attnkit.baselines.bahdanau_rnn import BahdanauRNN, BahdanauRNNConfig, match_transformer
-from attnkit.errors import ConfigError, refuse_changes
+from attnkit import overrides
+from attnkit.errors import ConfigError
 from attnkit.translation.model import Seq2SeqConfig, Seq2SeqTransformer
 
 PRESET_NAMES = ("tiny", "small", "base")
@@ -146,35 +147,8 @@ def default_preset_name(cuda: bool) -> str:
 
 
 def override(config: TranslationConfig, assignments: list[str]) -> TranslationConfig:
-    """Apply `key=value` strings (`model.d_model=256`, `grad_clip=none`); values are parsed as JSON when they can be."""
-    values = config.to_dict()
-    for assignment in assignments:
-        key, sep, raw = assignment.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"expected KEY=VALUE, got '{assignment}'")
-        target, name = (values["model"], key[len("model."):]) if key.startswith("model.") else (values, key)
-        if name not in target or name == "model":
-            raise ConfigError(f"unknown config key '{key}' (known: {', '.join(_all_keys(values))})")
-        target[name] = _parse(raw)
-    try:
-        return TranslationConfig.from_dict(values)
-    except (TypeError, ValueError) as error:  # a value of the wrong type for its key; ConfigError passes
-        if isinstance(error, ConfigError):
-            raise
-        raise ConfigError(f"invalid value in {' '.join(assignments)} ({error})") from None
-
-
-def _parse(raw: str) -> Any:
-    if raw.lower() in ("none", "null"):
-        return None
-    try:
-        return json.loads(raw.lower() if raw.lower() in ("true", "false") else raw)
-    except json.JSONDecodeError:
-        return raw
-
-
-def _all_keys(values: dict[str, Any]) -> list[str]:
-    return [k for k in values if k != "model"] + [f"model.{k}" for k in values["model"]]
+    """CONFIG with `KEY=VALUE` strings applied (`model.d_model=256`, `grad_clip=none`; `attnkit.overrides`)."""
+    return overrides.override(config, assignments, TranslationConfig.from_dict)
 
 
 def _check_keys(values: dict[str, Any], cls: type, prefix: str) -> None:
@@ -186,7 +160,5 @@ def _check_keys(values: dict[str, Any], cls: type, prefix: str) -> None:
 
 
 def check_kept(config: TranslationConfig, assignments: list[str]) -> None:
-    """ConfigError if ASSIGNMENTS (`--set`, `--amp`, ...) give a key another value than CONFIG (a resumed
-    run's saved config) has."""
-    keys = [assignment.partition("=")[0] for assignment in assignments]
-    refuse_changes(config.to_dict(), override(config, assignments).to_dict(), keys)
+    """ConfigError if ASSIGNMENTS (`--set`, `--amp`, ...) change a resumed run's saved CONFIG."""
+    overrides.check_kept(config, assignments, override)
