@@ -10,20 +10,10 @@ import torch
 import typer
 
 from attnkit.app.cli import app, data_app, eval_app, train_app
+from attnkit.app.devices import resolve_device
 from attnkit.errors import CheckpointError, ConfigError, DataError, refuse_changes, user_errors
 
 DATA_HELP = "shapes (built in) or a COCO-layout folder (train2017/, val2017/, annotations/instances_*.json)."
-
-
-def _device(name: str | None) -> torch.device:
-    if name is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError("--device cuda: no CUDA device is available")
-    try:
-        return torch.device(name)
-    except RuntimeError:
-        raise ConfigError(f"--device: unknown device {name!r}") from None
 
 
 @train_app.command("detection")
@@ -68,14 +58,14 @@ def train_detection(
         from attnkit.detection.shapes import ShapesConfig
         from attnkit.training import Budget, distributed
 
-        distributed.setup(_device(device))  # one process, or one of torchrun's (only rank 0 prints)
+        distributed.setup(resolve_device(device))  # one process, or one of torchrun's (only rank 0 prints)
         budget = Budget(steps=steps, epochs=epochs, minutes=minutes if (steps or epochs or minutes) else 10.0)
         shapes = ShapesConfig(image_size=shapes_size, train_images=shapes_images, val_images=shapes_val_images)
         assignments = list(set_) + ([f"model.arch={arch}"] if arch else []) + (["train.flip=false"] if no_flip else [])
         assignments += ([f"train.amp={amp}"] if amp else []) + \
             ([f"train.accumulate={accumulate}"] if accumulate is not None else [])
         train(out, data, budget, preset, assignments, shapes, (images, annotations), (val_images, val_annotations),
-              backbone_weights, eval_every_minutes, resume, _device(device), workers=workers, init=init,
+              backbone_weights, eval_every_minutes, resume, resolve_device(device), workers=workers, init=init,
               skip_bad_images=skip_bad_images, compile=compile_)
         distributed.finish()
 
@@ -260,7 +250,7 @@ def eval_detection(
 
         if batch_size < 1:
             raise ConfigError("--batch-size must be at least 1")
-        detector = Detector.from_run(run, weights, _device(device))
+        detector = Detector.from_run(run, weights, resolve_device(device))
         config = detector.config
         shapes = ShapesConfig(**config.shapes) if config.shapes else ShapesConfig()
         source = data or (config.data if images is None else None)
@@ -297,7 +287,7 @@ def detect(
 
         from attnkit.app.export.backends import load_detector
 
-        detector = load_detector(run, weights, _device(device), backend)
+        detector = load_detector(run, weights, resolve_device(device), backend)
         out.mkdir(parents=True, exist_ok=True)
         results = []
         for index, path in enumerate(images, start=1):

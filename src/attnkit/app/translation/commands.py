@@ -11,6 +11,7 @@ import torch
 import typer
 
 from attnkit.app.cli import app, data_app, eval_app, train_app
+from attnkit.app.devices import resolve_device
 from attnkit.errors import ConfigError, refuse_changes, user_errors
 
 DATA_HELP = "Built-in dataset (numbers:de) or a folder with train.*, valid.* (and test.*): .tsv, .jsonl or SRC/TGT files."
@@ -52,7 +53,7 @@ def train_translation(
 
         from attnkit.training import distributed
 
-        device = distributed.setup(_device(device))  # one process, or one of torchrun's (only rank 0 prints)
+        device = distributed.setup(resolve_device(device))  # one process, or one of torchrun's (only rank 0 prints)
         set_ = list(set_) + ([f"amp={amp}"] if amp else []) + \
             ([f"accumulate={accumulate}"] if accumulate is not None else [])
         config = _resolve_config(out, preset, set_, source_lang, target_lang, resume, device, arch)
@@ -134,17 +135,6 @@ def data_numbers(
         splits = numbers_splits(spec)
         for split, path in paths.items():
             print(f"{path}: {len(splits[split])} pairs")
-
-
-def _device(name: str | None) -> torch.device:
-    if name is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"--device {name}: no CUDA device here")
-    try:
-        return torch.device(name)
-    except RuntimeError:
-        raise ConfigError(f"--device: unknown device '{name}' (cpu or cuda)") from None
 
 
 def _resolve_config(out: Path, preset_name: str | None, assignments: list[str], source_lang: str | None,
