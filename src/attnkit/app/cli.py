@@ -1,7 +1,7 @@
 """The `attnkit` command line. Each subsystem adds its commands to the groups defined here.
 
-Command modules are imported by `main()` (see COMMAND_MODULES), so that a subsystem adds one
-line here and keeps its commands in its own package.
+Command modules are imported by `main()`: the commands that work on runs of any kind (COMMAND_MODULES),
+and each registered task's own (`TaskKind.commands`, `attnkit.app.tasks`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,6 @@ app.add_typer(data_app, name="data")
 
 COMMAND_MODULES = [
     "attnkit.app.demo",
-    "attnkit.app.translation.commands",
-    "attnkit.app.detection.commands",
     "attnkit.app.visualize.commands",
     "attnkit.app.interop.commands",
     "attnkit.app.serve.commands",
@@ -31,7 +29,10 @@ COMMAND_MODULES = [
 
 
 def load_commands() -> typer.Typer:
-    for module in COMMAND_MODULES:
+    """The app with every command added (importing a command module adds its commands)."""
+    from attnkit.app.tasks import kinds
+
+    for module in [kind.commands for kind in kinds().values()] + COMMAND_MODULES:
         importlib.import_module(module)
     return app
 

@@ -1,6 +1,6 @@
 """`attnkit demo`: the main jobs on built-in data, in a few minutes on a laptop CPU.
 
-Each part is a function `(out: Path) -> None` in DEMO_PARTS; subsystems add theirs.
+Each part is a function `(out: Path) -> None`: the attention core's here, each task's in its `TaskKind`.
 """
 
 from __future__ import annotations
@@ -43,25 +43,11 @@ def attention_core_part(out: Path) -> None:
     print(f"  heatmap: {path}")
 
 
-def detection_part(out: Path) -> None:
-    """DETR trained on the built-in `shapes` for a few minutes; ground truth next to predictions."""
-    from attnkit.app.detection.demo_part import detection_demo
+def demo_parts() -> list[tuple[str, Callable[[Path], None]]]:
+    """(name, part): the attention core first, then each registered task's demo (`attnkit.app.tasks`)."""
+    from attnkit.app.tasks import kinds
 
-    detection_demo(out)
-
-
-def translation_part(out: Path) -> None:
-    """The tiny Transformer trained on the built-in `numbers:de` for a few minutes; test scores and samples."""
-    from attnkit.app.translation.demo_part import translation_demo
-
-    translation_demo(out)
-
-
-DEMO_PARTS: list[tuple[str, Callable[[Path], None]]] = [
-    ("attention core", attention_core_part),
-    ("detection", detection_part),
-    ("translation", translation_part),
-]
+    return [("attention core", attention_core_part)] + [(kind.name, kind.demo) for kind in kinds().values()]
 
 
 @app.command()
@@ -69,8 +55,9 @@ def demo(out: Path = typer.Option(Path("runs/demo"), help="Folder for the demo's
     """Run the main jobs on built-in data and write their outputs under OUT."""
     with user_errors():
         out.mkdir(parents=True, exist_ok=True)
-        for index, (name, part) in enumerate(DEMO_PARTS, start=1):
-            print(f"== {index}/{len(DEMO_PARTS)}: {name} ==")
+        parts = demo_parts()
+        for index, (name, part) in enumerate(parts, start=1):
+            print(f"== {index}/{len(parts)}: {name} ==")
             part(out / name.replace(" ", "_"))
         print(f"demo outputs: {out.resolve()}")
         for report in sorted(out.rglob("report.html")):  # written by every training run (attnkit.app.visualize.report)

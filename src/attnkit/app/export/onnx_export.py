@@ -70,19 +70,9 @@ def read_manifest(folder: Path, kind: str) -> dict:
 
 
 def export_run(run: Path, out: Path, weights: str = "best") -> dict:
-    """Export a detection or translation run folder into the folder OUT; returns the manifest."""
-    from attnkit.storage import RunFolder
+    """Export a run folder (of any registered kind) into the folder OUT; returns the manifest."""
+    from attnkit.app.tasks import kind_of
 
-    kind = RunFolder.open(Path(run)).kind
-    if kind == "detection":
-        from attnkit.detection.detector import Detector
-        from attnkit.app.export.detector_graph import export_detector
-
-        return export_detector(Detector.from_run(run, weights, "cpu"), out)
-    if kind == "translation":
-        from attnkit.app.export.translator_graphs import export_translator
-        from attnkit.translation.translator import Translator
-
-        return export_translator(Translator.from_run(run, weights, "cpu"), out)
-    raise ConfigError(f"{run}: cannot export a {kind} run (detection or translation)")
+    kind = kind_of(run)
+    return kind.export_onnx(kind.load(run, weights, "cpu"), out)
 

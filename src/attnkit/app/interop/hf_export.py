@@ -15,14 +15,14 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from attnkit.errors import CheckpointError, ConfigError
 from attnkit.app.interop.detr_import import hf_to_official
-from attnkit.app.interop.marian_import import marian_order
 from attnkit.app.interop.weights_files import hf_layer_to_torch
+from attnkit.errors import CheckpointError, ConfigError
 from attnkit.translation.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 RESNETS = {"resnet18": ("basic", [2, 2, 2, 2]), "resnet34": ("basic", [3, 4, 6, 3]),
@@ -37,12 +37,9 @@ def export_hf(run: Path, out: Path, weights: str = "best") -> Path:
     tensors, _ = read_weights(_weights(folder, weights))
     if out.exists() and any(out.iterdir()):
         raise ConfigError(f"{out} already exists and is not empty; choose another --out")
-    if folder.kind == "detection":
-        model = export_detr(folder.config, tensors)
-    elif folder.kind == "translation":
-        model = export_marian(folder, tensors, out)
-    else:
-        raise CheckpointError(f"{run}: a {folder.kind} run cannot be exported to Hugging Face")
+    from attnkit.app.tasks import task_kind
+
+    model = task_kind(folder.kind, str(run)).export_hf(folder, tensors, out)
     model.save_pretrained(out)
     return out
 
@@ -82,7 +79,8 @@ def map_from(hf_names: list[str], attnkit_name, tensors: dict[str, Tensor], sour
 def _load_strict(model, mapped: dict[str, Tensor], keep: tuple[str, ...] = ()) -> None:
     state = model.state_dict()
     mapped = {**{k: state[k] for k in state if k.endswith(keep) and k not in mapped}, **mapped} if keep else mapped
-    misshaped = [f"{k} {tuple(v.shape)} != {tuple(state[k].shape)}" for k, v in mapped.items() if v.shape != state[k].shape]
+    misshaped = [f"{k} {tuple(v.shape)} != {tuple(state[k].shape)}" for k, v in mapped.items()
+                 if v.shape != state[k].shape]
     if misshaped:
         raise CheckpointError(f"mis-shaped for transformers: {', '.join(misshaped[:8])}")
     model.load_state_dict(mapped, strict=True)
@@ -101,10 +99,13 @@ def detr_hf_config(config: dict):
     layer_type, depths = RESNETS[model["backbone"]]
     hidden = [64, 128, 256, 512] if layer_type == "basic" else [256, 512, 1024, 2048]
     names = list(config.get("class_names") or []) or [str(i) for i in range(model["num_classes"])]
-    backbone = transformers.ResNetConfig(layer_type=layer_type, depths=depths, hidden_sizes=hidden,
-                                         out_features=["stage4"])
+    # Keywords some transformers versions take outside the signature (transformers 4's DetrConfig defaults to
+    # a timm backbone; 5 has no such switch, and sets out_features through the backbone mixin).
+    backbone_options: dict[str, Any] = {"out_features": ["stage4"]}
+    detr_options: dict[str, Any] = {"use_timm_backbone": False, "use_pretrained_backbone": False}
+    backbone = transformers.ResNetConfig(layer_type=layer_type, depths=depths, hidden_sizes=hidden, **backbone_options)
     return transformers.DetrConfig(
-        use_timm_backbone=False, use_pretrained_backbone=False, backbone_config=backbone,
+        **detr_options, backbone_config=backbone,
         d_model=model["hidden_dim"], encoder_layers=model["enc_layers"], decoder_layers=model["dec_layers"],
         encoder_attention_heads=model["num_heads"], decoder_attention_heads=model["num_heads"],
         encoder_ffn_dim=model["dim_feedforward"], decoder_ffn_dim=model["dim_feedforward"],
@@ -142,6 +143,10 @@ def marian_hf_config(config: dict, vocab_size: int, pad: int, eos: int, start: i
         raise ConfigError("cannot export to MarianMTModel: " + "; ".join(problems) +
                           " (set these with --set model.KEY=VALUE when training)")
     suppressed = set(model.get("suppressed_outputs", ()))
+    # transformers 4 reads the generation settings from the model's config (5 from generation_config, which
+    # export_marian sets too); 5's config signature does not list them.
+    generation: dict[str, Any] = {"num_beams": config.get("beam_size", 4),
+                                  "bad_words_ids": [[pad]] if PAD_ID in suppressed else None}
     return transformers.MarianConfig(
         vocab_size=vocab_size, d_model=model["d_model"], encoder_layers=model["num_encoder_layers"],
         decoder_layers=model["num_decoder_layers"], encoder_attention_heads=model["num_heads"],
@@ -149,9 +154,8 @@ def marian_hf_config(config: dict, vocab_size: int, pad: int, eos: int, start: i
         dropout=model["dropout"], max_position_embeddings=model["max_positions"],
         activation_function={"silu": "swish"}.get(model.get("activation", "relu"), model.get("activation", "relu")),
         scale_embedding=model.get("scale_embeddings", True), pad_token_id=pad, eos_token_id=eos,
-        forced_eos_token_id=eos, decoder_start_token_id=start, num_beams=config.get("beam_size", 4),
-        bad_words_ids=[[pad]] if PAD_ID in suppressed else None, share_encoder_decoder_embeddings=True,
-        tie_word_embeddings=True)
+        forced_eos_token_id=eos, decoder_start_token_id=start, share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True, **generation)
 
 
 def export_marian(folder, tensors: dict[str, Tensor], out: Path):

@@ -14,7 +14,6 @@ from typing import Any
 import torch
 from PIL import Image
 
-from attnkit.errors import ConfigError
 
 
 @dataclass
@@ -27,25 +26,22 @@ class ServedModel:
 
 def load_models(runs: list[Path], weights: str = "best") -> dict[str, ServedModel]:
     """{name: model} for each run folder (name: the folder's name, made unique); CheckpointError if unreadable."""
-    from attnkit.detection.detector import Detector
-    from attnkit.storage import RunFolder
-    from attnkit.translation.translator import Translator
+    from attnkit.app.tasks import kind_of
 
     models: dict[str, ServedModel] = {}
     for run in runs:
-        kind = RunFolder.open(Path(run)).kind
-        if kind not in ("translation", "detection"):
-            raise ConfigError(f"{run}: cannot serve a {kind} run (translation or detection)")
-        loaded = Translator.from_run(run, weights, "cpu") if kind == "translation" else Detector.from_run(run, weights, "cpu")
+        kind = kind_of(Path(run))
+        loaded = kind.load(Path(run), weights, "cpu")
         name, suffix = Path(run).resolve().name, 2
         while name in models:
             name, suffix = f"{Path(run).resolve().name}-{suffix}", suffix + 1
-        models[name] = ServedModel(name, kind, loaded)
+        models[name] = ServedModel(name, kind.name, loaded)
     return models
 
 
 def translate(served: ServedModel, text: str, beam_size: int | None, attention: bool) -> dict:
-    """{"translation"} and, with ATTENTION, the tokens and the alignment (target x source, mean over layers and heads)."""
+    """{"translation"} and, with ATTENTION, the tokens and the alignment (target x source, mean over layers and
+    heads)."""
     from attnkit.app.visualize.capture import sentence_attention
 
     translator = served.model

@@ -51,47 +51,10 @@ def report(
 
 def _run_attention(run: Path, out: Path, texts: list[str], images: list[Path], threshold: float,
                    weights: str) -> list[Path]:
-    from attnkit.storage import RunFolder
+    from attnkit.app.tasks import kind_of
 
-    kind = RunFolder.open(run).kind
-    if kind == "translation":
-        if images or not texts:
-            raise ConfigError(f"{run} is a translation run: give sentences with --text \"...\"")
-        return _translation(run, out, texts, weights)
-    if kind == "detection":
-        if texts or not images:
-            raise ConfigError(f"{run} is a detection run: give image files with --image IMG")
-        return _detection(run, out, images, threshold, weights)
-    raise ConfigError(f"{run} is a {kind} run; attention maps are drawn for translation and detection runs")
-
-
-def _translation(run: Path, out: Path, texts: list[str], weights: str) -> list[Path]:
-    from attnkit.translation.translator import Translator
-    from attnkit.app.visualize.attention_maps import save_translation_maps
-    from attnkit.app.visualize.capture import sentence_attention
-
-    translator = Translator.from_run(run, weights=weights)
-    paths = []
-    for index, (text, translation) in enumerate(zip(texts, translator.translate(texts)), start=1):
-        print(f"{text} -> {translation}")
-        attention = sentence_attention(translator.model, translator.tokenizer, text, translation,
-                                       translator.config.max_length)
-        paths += save_translation_maps(attention, out, stem=f"sentence{index}" if len(texts) > 1 else "")
-    return paths
-
-
-def _detection(run: Path, out: Path, images: list[Path], threshold: float, weights: str) -> list[Path]:
-    from attnkit.detection.data import read_image
-    from attnkit.detection.detector import Detector
-    from attnkit.app.visualize.detections import save_detection_maps
-
-    if not 0.0 <= threshold <= 1.0:
-        raise ConfigError(f"--threshold must be between 0 and 1, got {threshold}")
-    detector = Detector.from_run(run, weights)
-    paths = []
-    for path in images:
-        paths += save_detection_maps(detector, read_image(path), out, path.stem, threshold)
-    return paths
+    kind = kind_of(run)
+    return kind.attention(kind.load(run, weights, "cpu"), out, texts, images, threshold)
 
 
 def _positional(kind: str, run: Path | None, out: Path, length: int | None, d_model: int, weights: str) -> Path:

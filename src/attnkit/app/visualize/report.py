@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from attnkit.errors import DataError
-from attnkit.storage.run_folder import RunFolder
+from attnkit.app.tasks import kinds
+from attnkit.storage import RunFolder, read_weights
 from attnkit.training.curves import plot_run_curves
 from attnkit.training.rng import isolated_rng
 
@@ -31,7 +32,6 @@ REPORT_FILE = "report.html"
 ASSETS = "report"
 SAMPLES_FILE = "samples.json"
 MAX_SAMPLES = 3
-BEST = {"translation": "bleu", "detection": "AP"}  # the validation metric that picks weights/best
 
 
 @dataclass
@@ -51,9 +51,9 @@ def write_report(run: RunFolder | Path, task: Any = None, texts: Sequence[str] =
     assets.mkdir(parents=True, exist_ok=True)
     samples = _samples(run, task, texts, images)
     sections = [_config_section(run), _curves_section(run), _metrics_section(run)]
-    predictions = PREDICTIONS.get(run.kind)
-    if predictions is not None and (samples.texts or samples.images):
-        sections.append(_guarded("sample predictions", lambda: predictions(run, samples, assets)))
+    kind = kinds().get(run.kind)
+    if kind is not None and (samples.texts or samples.images):
+        sections.append(_guarded("sample predictions", lambda: kind.report_predictions(run, samples, assets)))
     sections.append(_timing_section(run))
     path = Path(out) if out is not None else run.path / REPORT_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -81,7 +81,8 @@ def _samples(run: RunFolder, task: Any, texts: Sequence[str], images: Sequence[P
             if not Path(image).is_file():
                 raise DataError(f"{image}: image file not found")
         return Samples([{"source": text, "reference": ""} for text in texts], [str(Path(i).resolve()) for i in images])
-    from_task = _samples_of_task(task) if task is not None else None
+    kind = kinds().get(run.kind)  # a run of another kind (a test's toy task) shows no samples
+    from_task = kind.report_samples(task) if task is not None and kind is not None else None
     if from_task is not None:
         remembered.write_text(json.dumps(from_task.__dict__, indent=1), encoding="utf-8")
         return from_task
@@ -91,17 +92,6 @@ def _samples(run: RunFolder, task: Any, texts: Sequence[str], images: Sequence[P
         except (json.JSONDecodeError, TypeError) as error:
             raise DataError(f"{remembered}: not a samples file ({error}); delete it or pass --text/--image") from None
     return Samples()
-
-
-def _samples_of_task(task: Any) -> Samples | None:
-    """The first validation sentences (translation task) or images (detection task), if the task has any."""
-    valid = getattr(task, "valid", None)
-    if valid is not None and hasattr(valid, "pairs"):
-        return Samples([{"source": p.source, "reference": p.target} for p in valid.pairs[:MAX_SAMPLES]])
-    val_set = getattr(task, "val_set", None)
-    if val_set is not None and hasattr(val_set, "coco"):
-        return Samples(images=[str((val_set.images / r.file_name).resolve()) for r in val_set.coco.records[:MAX_SAMPLES]])
-    return None
 
 
 # ---------------------------------------------------------------- sections
@@ -115,7 +105,7 @@ def _curves_section(run: RunFolder) -> str:
         plot_run_curves(run)
     if not run.curves_path.is_file():
         return "<h2>Curves</h2>\n<p>No metrics were logged yet.</p>"
-    return f"<h2>Curves</h2>\n{_image(run.curves_path, 'training and validation curves')}"
+    return f"<h2>Curves</h2>\n{image_tag(run.curves_path, 'training and validation curves')}"
 
 
 def _metrics_section(run: RunFolder) -> str:
@@ -127,16 +117,23 @@ def _metrics_section(run: RunFolder) -> str:
         return parts[0] + "\n<p>No metrics were logged yet.</p>"
     if valid:
         parts.append(f"<p>Validation at step {valid[-1]['step']}:</p>" + _table([_numbers(valid[-1])]))
-        name = run.config.get("best_metric") or BEST.get(run.kind, "loss")  # a config may name its own
-        mode = "min" if name == "loss" else "max"
-        scored = [r for r in valid if isinstance(r.get(name), (int, float))]
-        if scored:
-            best = (max if mode == "max" else min)(scored, key=lambda r: r[name])
-            parts.append(f"<p>Best {html.escape(name)}: <b>{best[name]:.4g}</b> at step {best['step']} "
+        best = _best(run)
+        if best is not None:
+            name, value, step = best
+            parts.append(f"<p>Best {html.escape(name)}: <b>{value:.4g}</b> at step {step} "
                          f"(weights/best.safetensors).</p>")
     if train:
         parts.append(f"<p>Training at step {train[-1]['step']}:</p>" + _table([_numbers(train[-1])]))
     return "\n".join(parts)
+
+
+def _best(run: RunFolder) -> tuple[str, float, int] | None:
+    """(metric, value, step) as the training loop wrote them into weights/best's metadata; None without one."""
+    if not run.best_weights.is_file():
+        return None
+    metadata = read_weights(run.best_weights)[1]
+    scores = [(key, value) for key, value in metadata.items() if key not in ("kind", "step")]
+    return (*scores[0], metadata["step"]) if scores and "step" in metadata else None
 
 
 def _timing_section(run: RunFolder) -> str:
@@ -173,60 +170,6 @@ def _guarded(title: str, build: Callable[[], str]) -> str:
                f"{html.escape(type(error).__name__)}: {html.escape(str(error))}</p>"
 
 
-# ---------------------------------------------------------------- predictions per kind
-def _translation_predictions(run: RunFolder, samples: Samples, assets: Path) -> str:
-    from attnkit.translation.translator import Translator
-    from attnkit.app.visualize.attention_maps import plot_attention, plot_heads
-    from attnkit.app.visualize.capture import sentence_attention
-
-    translator = Translator.from_run(run.path)
-    sources = [sample["source"] for sample in samples.texts]
-    translations = translator.translate(sources)
-    parts = ["<h2>Sample predictions</h2>",
-             f"<p>Beam search (beam {translator.config.beam_size}) with the best weights; the maps show the "
-             "encoder-decoder attention while the model produced its own translation: rows are the target "
-             "tokens it produced, columns the source tokens.</p>"]
-    for index, (sample, translation) in enumerate(zip(samples.texts, translations), start=1):
-        attention = sentence_attention(translator.model, translator.tokenizer, sample["source"], translation,
-                                       translator.config.max_length)
-        weights = attention.weights
-        mean = plot_attention(weights.alignment()[0], assets / f"sentence{index}_alignment.png",
-                              attention.target_tokens, attention.source_tokens,
-                              title=f"sentence {index}: cross-attention, mean of layers and heads")
-        last = plot_heads(weights.cross[-1][0], assets / f"sentence{index}_cross_last_layer.png",
-                          attention.target_tokens, attention.source_tokens,
-                          title=f"sentence {index}: cross-attention of the last layer, per head")
-        reference = f"<br>reference: {html.escape(sample['reference'])}" if sample.get("reference") else ""
-        parts.append(f"<h3>Sentence {index}</h3>\n<p>source: {html.escape(sample['source'])}<br>"
-                     f"translation: <b>{html.escape(translation)}</b>{reference}</p>\n"
-                     f"{_image(mean, 'alignment')}\n{_image(last, 'per head')}")
-    return "\n".join(parts)
-
-
-def _detection_predictions(run: RunFolder, samples: Samples, assets: Path) -> str:
-    from attnkit.detection.data import read_image
-    from attnkit.detection.detector import Detector
-    from attnkit.app.visualize.detections import save_detection_maps
-
-    detector = Detector.from_run(run.path)
-    parts = ["<h2>Sample predictions</h2>",
-             "<p>Detections with score &ge; 0.7 (best weights), each with its object query's decoder attention over "
-             "the image (Carion et al. 2020, Figure 6), and the encoder's self-attention of four reference points "
-             "(Figure 3).</p>"]
-    for index, image_path in enumerate(samples.images, start=1):
-        image = read_image(Path(image_path))
-        paths = save_detection_maps(detector, image, assets, f"image{index}")
-        parts.append(f"<h3>Image {index}: {html.escape(Path(image_path).name)}</h3>\n"
-                     + "\n".join(_image(path, path.stem) for path in paths))
-    return "\n".join(parts)
-
-
-PREDICTIONS: dict[str, Callable[[RunFolder, Samples, Path], str]] = {
-    "translation": _translation_predictions,
-    "detection": _detection_predictions,
-}
-
-
 # ---------------------------------------------------------------- HTML
 _STYLE = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 pre{background:#f5f5f5;padding:.8em;overflow-x:auto;font-size:13px}
@@ -243,7 +186,8 @@ def _page(run: RunFolder, sections: list[str]) -> str:
             + "\n".join(sections) + "\n</body>\n</html>\n")
 
 
-def _image(path: Path, alt: str) -> str:
+def image_tag(path: Path, alt: str) -> str:
+    """An <img> with the PNG at PATH embedded, so that the page is one self-contained file."""
     data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
     return f"<img alt='{html.escape(alt)}' src='data:image/png;base64,{data}'>"
 
