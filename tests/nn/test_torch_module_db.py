@@ -43,6 +43,7 @@ MODES = ("train", "eval", "inference")
 GRADIENT_TOL = {"atol": 1e-5, "rtol": 1e-5}
 NESTED_TENSOR = ("torch's TransformerEncoder in eval without autograd turns the padded batch into a nested tensor "
                  "and returns zeros at the padded positions; attnkit computes them")
+NESTED_MEMORY = NESTED_TENSOR + " (and the Transformer's decoder then attends to the zeros)"
 
 pytestmark = [pytest.mark.filterwarnings("ignore:enable_nested_tensor is True:UserWarning"),
               pytest.mark.filterwarnings("ignore:Support for mismatched:UserWarning")]
@@ -163,7 +164,8 @@ def test_sample_matches_torch(info, mode: str, index: int) -> None:
             kept = ~forward.kwargs["src_key_padding_mask"]  # (batch, length)
             kept = kept if theirs.layers[0].self_attn.batch_first else kept.T
             assert_close(actual[0][kept], expected[0][kept])
-        pytest.skip(NESTED_TENSOR)
+            pytest.skip(NESTED_TENSOR)
+        pytest.skip(NESTED_MEMORY)
     for ours_out, theirs_out in zip(actual, expected):
         assert_close(ours_out, theirs_out)
     if not grad:

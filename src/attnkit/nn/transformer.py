@@ -95,16 +95,17 @@ class Transformer(nn.Module):
                             memory_is_causal=memory_is_causal, **extra)
 
     def _check_pair(self, src: Tensor, tgt: Tensor) -> None:
-        """torch's checks (RuntimeError: InputError), and batched against unbatched (torch asserts: ShapeError)."""
-        if src.dim() != tgt.dim():
-            raise ShapeError(f"src {tuple(src.shape)} and tgt {tuple(tgt.shape)} must both be batched or both not")
+        """torch's checks, in torch's order (RuntimeError: InputError), then batched against unbatched (ShapeError,
+        an AssertionError as torch's attention raises)."""
         batch_dim = 0 if self.batch_first else 1
-        if src.dim() == 3 and src.size(batch_dim) != tgt.size(batch_dim):
+        if src.dim() == 3 and tgt.dim() > batch_dim and src.size(batch_dim) != tgt.size(batch_dim):
             raise InputError(f"src {tuple(src.shape)} and tgt {tuple(tgt.shape)} differ in batch size "
                              f"(batch_first={self.batch_first}): the batch number of src and tgt must be equal")
         if src.size(-1) != self.d_model or tgt.size(-1) != self.d_model:
             raise InputError(f"src {tuple(src.shape)} and tgt {tuple(tgt.shape)} must have d_model={self.d_model} "
                              f"features")
+        if src.dim() != tgt.dim():
+            raise ShapeError(f"src {tuple(src.shape)} and tgt {tuple(tgt.shape)} must both be batched or both not")
 
     @staticmethod
     def generate_square_subsequent_mask(size: int, device: torch.device | None = None,
