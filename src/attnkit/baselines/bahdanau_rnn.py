@@ -100,14 +100,16 @@ class RNNDecoderCache:
 
 
 class AttentionDecoder(nn.Module):
-    """The decoder's recurrence (appendix A.2.2): attend with s_{i-1}, then update s_i = GRU(s_{i-1}, [E y_{i-1}; c_i])."""
+    """The decoder's recurrence (appendix A.2.2): attend with s_{i-1}, then update
+    s_i = GRU(s_{i-1}, [E y_{i-1}; c_i])."""
 
     def __init__(self, embedding_dim: int, hidden_size: int, attention_dim: int) -> None:
         super().__init__()
         self.attention = AdditiveAttention(hidden_size, 2 * hidden_size, attention_dim)
         self.cell = nn.GRUCell(embedding_dim + 2 * hidden_size, hidden_size)
 
-    def forward(self, embedded: Tensor, encoded: RNNEncodedSource, state: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def forward(self, embedded: Tensor, encoded: RNNEncodedSource,
+                state: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """embedded: E y_{i-1} for each step, (batch, steps, embedding_dim); state: s before the first step.
 
         Returns the states s_{i-1} each step read (batch, steps, hidden), the contexts c_i
@@ -135,7 +137,8 @@ class BahdanauRNN(nn.Module):
             raise ConfigError("the vocabulary sizes must be set (from the tokenizer) before building the model")
         self.config, m, n = config, config.embedding_dim, config.hidden_size
         self.target_embedding = _embedding(config.target_vocab_size, m)
-        self.source_embedding = self.target_embedding if config.share_embeddings else _embedding(config.source_vocab_size, m)
+        self.source_embedding = (self.target_embedding if config.share_embeddings
+                                 else _embedding(config.source_vocab_size, m))
         self.encoder = nn.GRU(m, n, batch_first=True, bidirectional=True)
         self.init_state = nn.Linear(n, n)  # W_s
         self.decoder = AttentionDecoder(m, n, config.attention_dim)
@@ -143,7 +146,8 @@ class BahdanauRNN(nn.Module):
         self.dropout = Dropout(config.dropout)
 
     def forward(self, source: Tensor, target_input: Tensor) -> Tensor:
-        """source: (batch, source_length), target_input: (batch, target_length) ids -> logits (batch, target_length, vocab)."""
+        """source: (batch, source_length), target_input: (batch, target_length) ids
+        -> logits (batch, target_length, vocab)."""
         encoded = self.encode(source, source == PAD_ID)
         logits, _, _ = self._decode(target_input, encoded, encoded.initial_state)
         return logits
@@ -154,7 +158,8 @@ class BahdanauRNN(nn.Module):
         lengths = (~source_padding_mask).sum(dim=1).clamp(min=1).cpu()
         packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
         output, final = self.encoder(packed)  # final: (2 directions, batch, hidden)
-        states, _ = pad_packed_sequence(output, batch_first=True, total_length=source.size(1))  # (batch, source_length, 2 hidden)
+        # states: (batch, source_length, 2 hidden)
+        states, _ = pad_packed_sequence(output, batch_first=True, total_length=source.size(1))
         initial_state = self.init_state(final[1]).tanh()  # s_0 = tanh(W_s h<-_1): (batch, hidden)
         keys = self.decoder.attention.project_keys(states)  # (batch, source_length, attention_dim)
         return RNNEncodedSource(states, keys, source_padding_mask, initial_state)

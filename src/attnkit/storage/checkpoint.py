@@ -39,7 +39,7 @@ _MAX_NAMES = 8  # names listed in an error message before "... and N more"
 
 
 # ---------------------------------------------------------------- atomic writes
-def atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
+def atomic_write(path: Path, write: Callable[[Path], object]) -> Path:
     """Call `write(temporary_path)`, fsync the result and move it onto `path` in one os.replace.
 
     A write that fails (no space left on the device, a quota, a file-size limit) raises a
@@ -121,7 +121,8 @@ def _content_hash(format_: str, text: str, tensors: Mapping[str, Tensor]) -> str
     for name in sorted(tensors):
         tensor = tensors[name].contiguous()
         digest.update(f"\0{name}\0{tensor.dtype}\0{tuple(tensor.shape)}\0".encode())
-        digest.update(tensor.reshape(-1).view(torch.uint8).numpy())
+        # an ndarray is a buffer; numpy's stubs say so only for Python >= 3.12
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy())  # type: ignore[arg-type]
     return digest.hexdigest()
 
 

@@ -71,7 +71,9 @@ def token_batches(lengths: Sequence[tuple[int, int]], max_tokens: int, seed: int
     generator = torch.Generator().manual_seed(seed)
     order = torch.randperm(len(lengths), generator=generator).tolist() if shuffle else list(range(len(lengths)))
     order.sort(key=lambda i: lengths[i])  # stable: equal lengths stay in random order
-    batches, current, longest = [], [], 0
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
     for index in order:
         longest_if_added = max(longest, *lengths[index])
         if current and longest_if_added * (len(current) + 1) > max_tokens:

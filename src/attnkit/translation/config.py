@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
-from torch import nn
 
-from attnkit.baselines.bahdanau_rnn import BahdanauRNN, BahdanauRNNConfig, match_transformer
 from attnkit import overrides
+from attnkit.baselines.bahdanau_rnn import BahdanauRNN, BahdanauRNNConfig, match_transformer
 from attnkit.errors import ConfigError
 from attnkit.translation.model import Seq2SeqConfig, Seq2SeqTransformer
 
@@ -49,7 +49,8 @@ class TranslationConfig:
     eval_every_minutes: float = 1.0
     eval_sentences: int = 500       # validation sentences translated (greedy) for BLEU at each evaluation
     average_last: int = 5           # checkpoints averaged into weights/average (section 6.1)
-    best_metric: Literal["chrf", "bleu", "exact_match", "loss"] = "chrf"  # picks weights/best; chrF also scores one-word sentences
+    # picks weights/best; chrF also scores one-word sentences
+    best_metric: Literal["chrf", "bleu", "exact_match", "loss"] = "chrf"
     beam_size: int = 4              # section 6.1: beam 4, alpha 0.6
     length_penalty: float = 0.6
     seed: int = 0
@@ -113,13 +114,15 @@ def preset(name: str) -> TranslationConfig:
     raise ConfigError(f"unknown preset '{name}' (known: {', '.join(PRESET_NAMES)})")
 
 
-ARCHITECTURES: dict[str, tuple[type, type[nn.Module]]] = {  # arch -> (model config, model)
+TranslationModel = Seq2SeqTransformer | BahdanauRNN  # what build_model gives; both speak decoding.py's protocol
+
+ARCHITECTURES: dict[str, tuple[type, Callable[[Any], TranslationModel]]] = {  # arch -> (model config, model)
     "transformer": (Seq2SeqConfig, Seq2SeqTransformer),
     "rnn": (BahdanauRNNConfig, BahdanauRNN),
 }
 
 
-def build_model(config: TranslationConfig) -> nn.Module:
+def build_model(config: TranslationConfig) -> TranslationModel:
     """The translation model `config.arch` names; every one speaks the decoding protocol of decoding.py."""
     return ARCHITECTURES[config.arch][1](config.model)
 
@@ -135,8 +138,8 @@ def with_architecture(config: TranslationConfig, arch: str) -> TranslationConfig
         raise ConfigError(f"arch '{arch}' is sized from a transformer preset, not from arch '{config.arch}'")
     vocab = max(config.model.source_vocab_size, config.model.target_vocab_size, 5)
     with torch.device("meta"):  # count the Transformer's parameters without allocating them
-        counted = Seq2SeqTransformer(dataclasses.replace(config.model, source_vocab_size=vocab,
-                                                         target_vocab_size=vocab))
+        model = cast(Seq2SeqConfig, config.model)  # arch "transformer" (checked above)
+        counted = Seq2SeqTransformer(dataclasses.replace(model, source_vocab_size=vocab, target_vocab_size=vocab))
     parameters = sum(p.numel() for p in counted.parameters())
     return dataclasses.replace(config, arch=arch, model=match_transformer(config.model, parameters))
 

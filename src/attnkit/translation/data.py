@@ -167,7 +167,8 @@ def _keep(pairs: list[SentencePair], report: ReadReport, source: str, target: st
 
 
 def _read_tsv(path: Path, skip_bad: bool = False) -> Corpus:
-    pairs, report = [], ReadReport(str(path))
+    pairs: list[SentencePair] = []
+    report = ReadReport(str(path))
     skipped = report.skipped_bad if skip_bad else None
     for number, line in _lines(path, skipped):
         if line is None:
@@ -185,7 +186,8 @@ def _read_tsv(path: Path, skip_bad: bool = False) -> Corpus:
 
 
 def _read_jsonl(path: Path, source_lang: str | None, target_lang: str | None, skip_bad: bool = False) -> Corpus:
-    pairs, report = [], ReadReport(str(path))
+    pairs: list[SentencePair] = []
+    report = ReadReport(str(path))
     skipped = report.skipped_bad if skip_bad else None
     for number, line in _lines(path, skipped):
         if line is None or not line.strip():
@@ -239,7 +241,8 @@ def _two_languages(path: Path, number: int, found: list[str], source_lang: str |
 
 
 def _read_aligned(stem: Path, source_lang: str | None, target_lang: str | None, skip_bad: bool = False) -> Corpus:
-    candidates = sorted(p for p in stem.parent.glob(f"{stem.name}.*") if p.is_file() and p.suffix[1:] not in ("tsv", "jsonl", "json"))
+    candidates = sorted(p for p in stem.parent.glob(f"{stem.name}.*")
+                        if p.is_file() and p.suffix[1:] not in ("tsv", "jsonl", "json"))
     if source_lang is None or target_lang is None:
         if len(candidates) != 2:
             found = ", ".join(p.name for p in candidates) or "none"
@@ -250,14 +253,16 @@ def _read_aligned(stem: Path, source_lang: str | None, target_lang: str | None, 
     source_path, target_path = Path(f"{stem}.{source_lang}"), Path(f"{stem}.{target_lang}")
     for path in (source_path, target_path):
         if not path.is_file():
-            raise DataError(f"{path}: file not found (aligned files {stem.name}.{source_lang} + {stem.name}.{target_lang})")
+            raise DataError(f"{path}: file not found "
+                            f"(aligned files {stem.name}.{source_lang} + {stem.name}.{target_lang})")
     skipped: list[str] | None = [] if skip_bad else None
     sources = [line for _, line in _lines(source_path, skipped)]
     targets = [line for _, line in _lines(target_path, skipped)]
     if len(sources) != len(targets):
         raise DataError(f"{source_path} has {len(sources)} lines but {target_path} has {len(targets)}: "
                         f"aligned files must have one line per sentence pair")
-    pairs, report = [], ReadReport(f"{source_path} + {target_path}", skipped_bad=skipped or [])
+    pairs: list[SentencePair] = []
+    report = ReadReport(f"{source_path} + {target_path}", skipped_bad=skipped or [])
     for source, target in zip(sources, targets):
         if source is not None and target is not None:  # a line skipped in one file is skipped in both
             _keep(pairs, report, source, target)
@@ -300,13 +305,14 @@ def load_splits(data: str | Path | None = None, files: dict[str, Path | None] | 
             splits[needed[0]] = read_corpus(path, source_lang, target_lang, max_chars, skip_bad)
         else:
             raise DataError(f"{path}: no such file or folder, and not a built-in dataset (try numbers:de)")
-    for split, path in (files or {}).items():
-        if path is not None:
-            splits[split] = read_corpus(path, source_lang, target_lang, max_chars, skip_bad)
+    for split, file in (files or {}).items():
+        if file is not None:
+            splits[split] = read_corpus(file, source_lang, target_lang, max_chars, skip_bad)
     missing = [split for split in needed if split not in splits]
     if missing:
         where = f" in {data}" if data is not None else ""
-        raise DataError(f"no {' or '.join(missing)} split{where}: expected {', '.join(f'{m}.tsv, {m}.jsonl or {m}.SRC + {m}.TGT' for m in missing)}")
+        expected = ", ".join(f"{m}.tsv, {m}.jsonl or {m}.SRC + {m}.TGT" for m in missing)
+        raise DataError(f"no {' or '.join(missing)} split{where}: expected {expected}")
     for split, corpus in splits.items():
         if not corpus.pairs:
             raise DataError(f"{corpus.report.source}: the {split} split has no usable sentence pairs")

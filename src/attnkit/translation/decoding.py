@@ -15,7 +15,7 @@ Transformer and an RNN encoder-decoder (Bahdanau et al. 2015) share them:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import torch
 from torch import Tensor
@@ -29,12 +29,15 @@ class EncodedSource(Protocol):
     def select(self, rows: Tensor) -> EncodedSource: ...
 
 
-class EncoderDecoder(Protocol):
-    def encode(self, source: Tensor, source_padding_mask: Tensor) -> EncodedSource: ...
+Encoded = TypeVar("Encoded", bound=EncodedSource)  # each model's own encoder output
 
-    def start_cache(self, encoded: EncodedSource) -> Any: ...
 
-    def decode_step(self, prefix: Tensor, encoded: EncodedSource, cache: Any) -> Tensor: ...
+class EncoderDecoder(Protocol[Encoded]):
+    def encode(self, source: Tensor, source_padding_mask: Tensor) -> Encoded: ...
+
+    def start_cache(self, encoded: Encoded) -> Any: ...
+
+    def decode_step(self, prefix: Tensor, encoded: Encoded, cache: Any) -> Tensor: ...
 
 
 @dataclass
@@ -54,7 +57,7 @@ def max_lengths(source: Tensor, extra: int = EXTRA_LENGTH) -> Tensor:
 
 
 @torch.no_grad()
-def greedy_decode(model: EncoderDecoder, source: Tensor, use_cache: bool = True,
+def greedy_decode(model: EncoderDecoder[Any], source: Tensor, use_cache: bool = True,
                   extra_length: int = EXTRA_LENGTH) -> list[list[int]]:
     """argmax at every step until </s> or the length limit; returns output ids per sentence."""
     encoded = model.encode(source, source == PAD_ID)
@@ -78,7 +81,7 @@ def greedy_decode(model: EncoderDecoder, source: Tensor, use_cache: bool = True,
 
 
 @torch.no_grad()
-def beam_search(model: EncoderDecoder, source: Tensor, beam_size: int = 4, alpha: float = 0.6,
+def beam_search(model: EncoderDecoder[Any], source: Tensor, beam_size: int = 4, alpha: float = 0.6,
                 extra_length: int = EXTRA_LENGTH) -> list[Hypothesis]:
     """The best hypothesis per sentence by log P(Y|X) / lp(Y), keeping `beam_size` live prefixes.
 

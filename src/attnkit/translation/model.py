@@ -23,15 +23,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit.errors import ConfigError
-from attnkit.nn import (DecoderCache, LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding,
-                        Transformer)
+from attnkit.nn import (
+    DecoderCache,
+    LearnedPositionalEmbedding,
+    RotaryEmbedding,
+    SinusoidalPositionalEncoding,
+    Transformer,
+    TransformerDecoder,
+)
 from attnkit.nn.dropout import Dropout
 from attnkit.translation.tokenizer import PAD_ID
 
@@ -102,7 +108,8 @@ class Seq2SeqTransformer(nn.Module):
             raise ConfigError("the vocabulary sizes must be set (from the tokenizer) before building the model")
         self.config, d = config, config.d_model
         self.target_embedding = _embedding(config.target_vocab_size, d)
-        self.source_embedding = self.target_embedding if config.share_embeddings else _embedding(config.source_vocab_size, d)
+        self.source_embedding = (self.target_embedding if config.share_embeddings
+                                 else _embedding(config.source_vocab_size, d))
         self.positions = _positions(config)
         rotary = RotaryEmbedding(d // config.num_heads) if config.positional_encoding == "rotary" else None
         activation = F.silu if config.activation == "silu" else config.activation
@@ -110,13 +117,15 @@ class Seq2SeqTransformer(nn.Module):
                                        config.d_ff, config.dropout, activation, batch_first=True,
                                        norm_first=config.norm_first, rotary=rotary)
         if not config.final_norm:
-            self.transformer.encoder.norm = self.transformer.decoder.norm = None
+            for stack in (self.transformer.encoder, self.transformer.decoder):
+                stack.norm = None  # type: ignore[assignment]  # nn.Module's own attribute typing
         if config.output_bias:
             self.output_bias = nn.Parameter(torch.zeros(config.target_vocab_size))  # (vocab,)
         self.embedding_dropout = Dropout(config.dropout)  # "dropout to the sums of the embeddings and the PE"
 
     def forward(self, source: Tensor, target_input: Tensor) -> Tensor:
-        """source: (batch, source_length), target_input: (batch, target_length) ids -> logits (batch, target_length, vocab)."""
+        """source: (batch, source_length), target_input: (batch, target_length) ids
+        -> logits (batch, target_length, vocab)."""
         encoded = self.encode(source, source == PAD_ID)
         return self._project(self._decode(target_input, encoded, None, offset=0))
 
@@ -126,7 +135,7 @@ class Seq2SeqTransformer(nn.Module):
         return EncodedSource(memory, source_padding_mask)
 
     def start_cache(self, encoded: EncodedSource) -> DecoderCache:
-        return self.transformer.decoder.new_cache()
+        return cast(TransformerDecoder, self.transformer.decoder).new_cache()
 
     def decode_step(self, prefix: Tensor, encoded: EncodedSource, cache: DecoderCache | None) -> Tensor:
         """Next-token logits (batch, vocab). With a cache only prefix's last token is run."""
@@ -158,7 +167,8 @@ class Seq2SeqTransformer(nn.Module):
         """PE(0..length-1), computed once and kept (decoding asks for one position per step)."""
         table = getattr(self, "_sinusoid_table", None)
         if table is None or table.size(0) < length or table.device != x.device:
-            table = self.positions.encoding(max(length, 256), device=x.device)  # (positions, d_model), fp32
+            positions = cast(SinusoidalPositionalEncoding, self.positions)
+            table = positions.encoding(max(length, 256), device=x.device)  # (positions, d_model), fp32
             if self.config.sinusoid_layout == "halves":  # sin(pos w_0), sin(pos w_1), ..., cos(pos w_0), ...
                 table = torch.cat([table[:, 0::2], table[:, 1::2]], dim=1)
             self._sinusoid_table = table

@@ -45,7 +45,8 @@ class SubwordTokenizer:
         self.source, self.target = source, target
 
     @classmethod
-    def train(cls, sources: Sequence[str], targets: Sequence[str], vocab_size: int, joint: bool = True) -> SubwordTokenizer:
+    def train(cls, sources: Sequence[str], targets: Sequence[str], vocab_size: int,
+              joint: bool = True) -> SubwordTokenizer:
         if joint:
             tokenizer = train_bpe(list(sources) + list(targets), vocab_size)
             return cls(tokenizer, tokenizer)
@@ -86,7 +87,8 @@ class SubwordTokenizer:
         folder = Path(folder)
         from attnkit.translation import sentencepiece_tokenizer as spm  # imported models (attnkit.app.interop)
         if (folder / spm.VOCAB_FILE).is_file():
-            return spm.SentencePieceTokenizer.load(folder)
+            # duck-typed: the same methods and vocabularies (.source, .target) as a SubwordTokenizer
+            return spm.SentencePieceTokenizer.load(folder)  # type: ignore[return-value]
         if (folder / JOINT_FILE).is_file():
             tokenizer = _load(folder / JOINT_FILE)
             return cls(tokenizer, tokenizer)

@@ -15,9 +15,8 @@ import torch
 from attnkit.baselines.bahdanau_rnn import check_architecture
 from attnkit.errors import CheckpointError
 from attnkit.translation.batching import pad_ids, token_batches
-from attnkit.translation.config import TranslationConfig, build_model
+from attnkit.translation.config import TranslationConfig, TranslationModel, build_model
 from attnkit.translation.decoding import beam_search, greedy_decode
-from attnkit.translation.model import Seq2SeqTransformer
 from attnkit.translation.tokenizer import EOS_ID, SubwordTokenizer
 
 RUN_KIND = "translation"
@@ -25,7 +24,7 @@ WEIGHT_CHOICES = ("best", "last", "average")
 
 
 @torch.no_grad()
-def translate_texts(model: Seq2SeqTransformer, tokenizer: SubwordTokenizer, texts: Sequence[str], beam_size: int = 4,
+def translate_texts(model: TranslationModel, tokenizer: SubwordTokenizer, texts: Sequence[str], beam_size: int = 4,
                     alpha: float = 0.6, max_tokens: int = 4000, max_length: int = 256) -> list[str]:
     """Translate `texts` in length-sorted batches of about `max_tokens` source tokens; input order kept."""
     device = next(model.parameters()).device
@@ -49,7 +48,7 @@ def translate_texts(model: Seq2SeqTransformer, tokenizer: SubwordTokenizer, text
 class Translator:
     """A trained translation model and its tokenizer, loaded from a run folder."""
 
-    def __init__(self, model: Seq2SeqTransformer, tokenizer: SubwordTokenizer, config: TranslationConfig) -> None:
+    def __init__(self, model: TranslationModel, tokenizer: SubwordTokenizer, config: TranslationConfig) -> None:
         self.model, self.tokenizer, self.config = model.eval(), tokenizer, config
 
     @classmethod
@@ -64,7 +63,9 @@ class Translator:
         path = _weights_path(folder, weights)
         check_architecture(read_weights(path)[0], config.arch, str(path))  # names both if they differ
         load_weights(path, model)
-        device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        if device is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        device = torch.device(device)
         return cls(model.to(device), tokenizer, config)
 
     def translate(self, texts: Sequence[str], beam_size: int | None = None, alpha: float | None = None) -> list[str]:

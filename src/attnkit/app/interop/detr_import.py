@@ -22,11 +22,16 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from attnkit.app.interop.weights_files import (
+    fuse_qkv,
+    hf_layer_to_torch,
+    load_all_or_nothing,
+    read_hf_folder,
+    read_torch_file,
+)
 from attnkit.detection.architectures import build_model
 from attnkit.detection.config import DetectionConfig, DetectionTrainConfig, DetrConfig
 from attnkit.errors import CheckpointError, ConfigError
-from attnkit.app.interop.weights_files import (fuse_qkv, hf_layer_to_torch, load_all_or_nothing, read_hf_folder,
-                                          read_torch_file)
 
 # COCO 2017 category id -> name; "N/A" where COCO has no category (DETR predicts ids directly, 91 labels).
 COCO_91 = ("N/A", "person", "bicycle", "car", "motorcycle", "airplane", "bus", "train", "truck", "boat",

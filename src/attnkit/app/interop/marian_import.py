@@ -19,19 +19,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Literal
 
 import torch
 from torch import Tensor
 
-from attnkit.errors import CheckpointError, ConfigError, DataError
 from attnkit.app.interop.weights_files import fuse_qkv, hf_layer_to_torch, load_all_or_nothing, read_hf_folder
+from attnkit.errors import CheckpointError, ConfigError, DataError
 from attnkit.nn import SinusoidalPositionalEncoding
 from attnkit.translation.config import TranslationConfig, build_model
 from attnkit.translation.model import Seq2SeqConfig
 from attnkit.translation.sentencepiece_tokenizer import SOURCE_MODEL, TARGET_MODEL, SentencePieceTokenizer
 from attnkit.translation.tokenizer import BOS_ID, PAD_ID
 
-ACTIVATIONS = {"swish": "silu", "silu": "silu", "gelu": "gelu", "relu": "relu"}
+ACTIVATIONS: dict[str, Literal["relu", "gelu", "silu"]] = {"swish": "silu", "silu": "silu", "gelu": "gelu",
+                                                            "relu": "relu"}
 
 
 def marian_order(vocab_size: int, pad: int, eos: int, unk: int) -> list[int]:

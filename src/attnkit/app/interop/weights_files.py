@@ -98,7 +98,8 @@ def torch_layer_to_hf(name: str, side: str, out_proj: str = "out_proj", fc: str 
 
 
 def fuse_qkv(tensors: dict[str, Tensor], prefix: str, target: str) -> None:
-    """Separate q/k/v projections at `prefix.{q,k,v}_proj` -> torch's packed `target.in_proj_{weight,bias}`, in place."""
+    """Separate q/k/v projections at `prefix.{q,k,v}_proj` -> torch's packed `target.in_proj_{weight,bias}`, in
+    place."""
     for kind in ("weight", "bias"):
         names = [f"{prefix}.{p}_proj.{kind}" for p in "qkv"]
         if all(name in tensors for name in names):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI, File, Form, HTTPException, Request, UploadFile
 from fastapi.concurrency import run_in_threadpool
@@ -65,7 +66,7 @@ class ErrorResponse(BaseModel):
     error: str
 
 
-ERRORS = {status: {"model": ErrorResponse} for status in (404, 413, 415, 422)}
+ERRORS: dict[int | str, dict[str, Any]] = {status: {"model": ErrorResponse} for status in (404, 413, 415, 422)}
 
 
 def create_app(models: dict[str, served_models.ServedModel], limits: Limits = Limits()) -> FastAPI:

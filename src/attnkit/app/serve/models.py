@@ -15,7 +15,6 @@ import torch
 from PIL import Image
 
 
-
 @dataclass
 class ServedModel:
     name: str
