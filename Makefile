@@ -1,10 +1,12 @@
 # The two commands of the README: `make demo` and `make test`. Setup is idempotent.
+# `make check`: the import contracts (lint-imports), lint (ruff) and types (mypy); each runs, and it fails if any
+# does. Not yet part of `make test`.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.attnkit-installed
 
-.PHONY: demo test setup clean
+.PHONY: demo test check setup clean
 
 setup: $(STAMP)
 
@@ -18,6 +20,13 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo 'no tests collected'; exit 0; fi; exit $$rc
+
+check: $(STAMP)
+	@rc=0; \
+	echo '== lint-imports'; $(BIN)/lint-imports --no-cache || rc=1; \
+	echo '== ruff check'; $(BIN)/ruff check || rc=1; \
+	echo '== mypy'; $(BIN)/mypy || rc=1; \
+	exit $$rc
 
 clean:
 	rm -rf $(VENV) runs build src/*.egg-info
