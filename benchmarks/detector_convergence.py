@@ -140,11 +140,11 @@ def _overlap(a, b) -> float:
 
 
 def train_variant(run: Path, data: str, assignments: list[str], minutes: float, eval_every: float, shapes) -> None:
-    from attnkit.app.detection.commands import train
+    from attnkit.app.detection.recipe import DetectionRequest, train
     from attnkit.training import Budget
 
-    train(run, data, Budget(minutes=minutes), "small", assignments, shapes=shapes, eval_every_minutes=eval_every,
-          resume=(run / "config.json").is_file(), progress=False)
+    train(DetectionRequest(run, Budget(minutes=minutes), data, "small", tuple(assignments), shapes=shapes,
+                           eval_every_minutes=eval_every, resume=(run / "config.json").is_file(), progress=False))
 
 
 def final_ap(run: Path, data: str, shapes) -> dict[str, float]:

@@ -54,13 +54,14 @@ if TYPE_CHECKING:
 
 
 def training_curve(out: Path, minutes: float, eval_every: float, threads: int | None) -> list[dict]:
-    from attnkit.app.detection.commands import train
+    from attnkit.app.detection.recipe import DetectionRequest, train
     from attnkit.detection.shapes import ShapesConfig
     from attnkit.training import Budget
 
     run = out / "small-shapes"
-    train(run, "shapes", Budget(minutes=minutes), "small", ["model.arch=detr"], shapes=ShapesConfig(),
-          eval_every_minutes=eval_every, resume=(run / "config.json").is_file())
+    train(DetectionRequest(run, Budget(minutes=minutes), "shapes", "small", ("model.arch=detr",),
+                           shapes=ShapesConfig(), eval_every_minutes=eval_every,
+                           resume=(run / "config.json").is_file()))
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     return curve_points(records)
 

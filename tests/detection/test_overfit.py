@@ -22,8 +22,8 @@ def test_tiny_detr_overfits_a_few_shapes_images(tmp_path):
     dataset = CocoDetection(*resolve_coco(root, "train"), eval_transforms(48, 96))
     task = DetectionTask(config, dataset, dataset)
     for epoch in range(80):
-        batch = next(iter(task.batches(epoch)))
-        loss = task.train_step(batch)["loss"]
+        batch = next(iter(task.load(task.batches(epoch))))
+        loss = task.train_step(task.model, batch)["loss"]
         task.optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(task.model.parameters(), 0.1)

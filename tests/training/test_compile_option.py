@@ -7,13 +7,14 @@ import os
 import pytest
 import torch
 from safetensors import safe_open
+from toy_task import ToyRegression
 
-from attnkit.errors import ConfigError, UserError
-from attnkit.training import Budget, LoopConfig, Trainer
+from attnkit.app.translation.recipe import TranslationTask, prepare
+from attnkit.errors import UserError
 from attnkit.storage import RunFolder
+from attnkit.training import Budget, LoopConfig, Trainer
 from attnkit.translation.config import override, preset
 from attnkit.translation.numbers import NumbersSpec, numbers_splits
-from attnkit.app.translation.recipe import TranslationTask, prepare
 
 BACKEND = os.environ.get("ATTNKIT_TEST_COMPILE_BACKEND", "aot_eager")  # "inductor" compiles C++ kernels (minutes)
 LOOP = LoopConfig(log_every_steps=1, checkpoint_every_minutes=None, average_last=0, compile=True,
@@ -33,8 +34,10 @@ def tiny_task(tmp_path) -> tuple[TranslationTask, RunFolder]:
 def test_compiled_training_runs_and_saves_uncompiled_names(tmp_path):
     task, run = tiny_task(tmp_path)
     eager_names = set(task.model.state_dict())
-    Trainer(task, run, Budget(steps=2), LOOP, progress=False).fit()
-    assert isinstance(task.train_model, torch._dynamo.eval_frame.OptimizedModule)
+    trainer = Trainer(task, run, Budget(steps=2), LOOP, progress=False)
+    trainer.fit()
+    assert isinstance(trainer.train_module, torch._dynamo.eval_frame.OptimizedModule)
+    assert trainer.train_module._orig_mod is task.model  # compiled around the task's model, which stays eager
     losses = [record["loss"] for record in run.metrics() if record["split"] == "train"]
     assert len(losses) == 2 and all(torch.isfinite(torch.tensor(losses)))
     for path in (run.last_weights, run.best_weights, *run.training_states()):
@@ -58,11 +61,18 @@ def test_a_failing_compiler_is_one_clear_error(tmp_path):
     torch._dynamo.reset()
 
 
-def test_compile_needs_a_train_model(tmp_path):
-    class Plain:
-        model = torch.nn.Linear(1, 1)
-        optimizer, scheduler = torch.optim.SGD(model.parameters(), lr=0.1), None
-        batches = train_step = evaluate = None
+def test_train_step_runs_the_compiled_module_of_any_task(tmp_path):
+    """The loop compiles the task's model itself: a task needs no module of its own to be compiled."""
+    seen = []
 
-    with pytest.raises(ConfigError, match="no train_model"):
-        Trainer(Plain(), RunFolder.create(tmp_path / "plain", "toy", {}), Budget(steps=1), LOOP, progress=False)
+    class Recording(ToyRegression):
+        def train_step(self, model, batch):
+            seen.append(model)
+            return super().train_step(model, batch)
+
+    task = Recording()
+    trainer = Trainer(task, RunFolder.create(tmp_path / "toy", "toy", {}), Budget(steps=2), LOOP, progress=False)
+    trainer.fit()
+    assert len(seen) == 2 and all(model is trainer.train_module for model in seen)
+    assert isinstance(trainer.train_module, torch._dynamo.eval_frame.OptimizedModule)
+    assert trainer.train_module._orig_mod is task.model

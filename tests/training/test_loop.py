@@ -7,12 +7,12 @@ import signal
 
 import pytest
 import torch
-from toy_task import ToyRegression
 from torch.testing import assert_close
+from toy_task import ToyRegression
 
 from attnkit.errors import CheckpointError, ConfigError
-from attnkit.training import Budget, LoopConfig, Trainer, TrainingDiverged
 from attnkit.storage import RunFolder, load_weights
+from attnkit.training import Budget, LoopConfig, Trainer, TrainingDiverged
 
 CONFIG = LoopConfig(log_every_steps=2, eval_every_steps=3, accumulate=2, checkpoint_every_steps=2,
                     checkpoint_every_minutes=None, average_last=3)
@@ -50,10 +50,10 @@ def test_ctrl_c_saves_the_state_and_resume_continues_exactly(tmp_path, capsys):
     full, _, _ = train(tmp_path / "full", Budget(steps=6))
 
     class Interrupted(ToyRegression):
-        def train_step(self, batch):
+        def train_step(self, model, batch):
             if self.calls == 5:  # during the third step
                 signal.raise_signal(signal.SIGINT)
-            return super().train_step(batch)
+            return super().train_step(model, batch)
 
     torch.manual_seed(99)
     task = Interrupted()
@@ -166,8 +166,6 @@ def test_bf16_autocast_trains_on_cpu_and_fp16_needs_cuda(tmp_path):
                     LoopConfig(amp="fp16"), progress=False)
     with pytest.raises(ConfigError, match="amp must be"):
         LoopConfig(amp="fp8")
-    with pytest.raises(TypeError, match="Linear is not a TrainingTask: it has no model, optimizer, scheduler, batches"):
-        Trainer(torch.nn.Linear(1, 1), RunFolder.create(tmp_path / "x", "toy", {}), Budget(steps=1))
 
 
 def test_resume_warns_about_a_changed_config_and_keeps_the_saved_one(tmp_path, capsys):
@@ -203,8 +201,8 @@ def test_loss_scaler_state_resumes_and_its_skipped_steps_are_not_divergence(tmp_
     """The fp16 path's GradScaler logic, exercised on CPU with fp32 gradients (fp16 itself needs CUDA)."""
 
     class InfGradient(ToyRegression):
-        def train_step(self, batch):
-            output = super().train_step(batch)
+        def train_step(self, model, batch):
+            output = super().train_step(model, batch)
             if self.calls == 3:  # an overflow in the backward pass only: the loss itself is finite
                 weights = self.model[0].weight.sum()
                 output["loss"] = output["loss"] + 1e38 * (weights - weights.detach())  # gradient 1e38 * scale: inf

@@ -9,7 +9,10 @@ from torch import nn
 
 
 class ToyRegression:
-    """y = x @ w_true + noise; 2-layer MLP with dropout (so resume must restore the RNG), Adam, warmup."""
+    """y = x @ w_true + noise; 2-layer MLP with dropout (so resume must restore the RNG), Adam, warmup.
+
+    A `TrainingTask` written out in full (attnkit.training.task), with no base class.
+    """
 
     best_metric = ("loss", "min")
     items_name = "samples"
@@ -20,7 +23,6 @@ class ToyRegression:
         self.seed, self.batches_per_epoch, self.batch_size = seed, batches_per_epoch, batch_size
         self.model = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Dropout(0.2), nn.Linear(8, 1))
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=lr)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: min(1.0, (step + 1) / 4))
         generator = torch.Generator().manual_seed(1234)
         self.w_true = torch.randn(3, 1, generator=generator)
         self.x_valid = torch.randn(16, 3, generator=generator)
@@ -28,6 +30,9 @@ class ToyRegression:
         self.losses: list[float] = []  # every loss train_step returned, in order
         self.calls = 0  # train_step calls, restored through state()/load_state()
         self.nan_steps = nan_steps  # train_step calls (0-based) whose loss is NaN
+
+    def lr_factor(self, step: int, budget_spent: float) -> float:
+        return min(1.0, (step + 1) / 4)  # a 4-step warmup
 
     def batches(self, epoch: int):
         generator = torch.Generator().manual_seed(self.seed * 1000 + epoch)
@@ -38,9 +43,12 @@ class ToyRegression:
             batches.append((x, y))
         return batches
 
-    def train_step(self, batch):
+    def load(self, batches):
+        return batches  # generated whole: nothing to load
+
+    def train_step(self, model, batch):
         x, y = batch
-        loss = nn.functional.mse_loss(self.model(x), y)
+        loss = nn.functional.mse_loss(model(x), y)
         if self.calls in self.nan_steps:
             loss = loss * math.nan
         self.calls += 1

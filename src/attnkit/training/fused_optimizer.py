@@ -8,6 +8,7 @@ fused. The update is the same (Kingma & Ba 2015, Algorithm 1); only the kernel d
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import torch
 
@@ -22,6 +23,6 @@ def fused_supported(device_type: str) -> bool:
     return True
 
 
-def fused_options(device: torch.device | str) -> dict[str, bool]:
+def fused_options(device: torch.device | str) -> dict[str, Any]:
     """Keyword arguments for torch.optim.Adam/AdamW: `fused=True` where supported, else nothing."""
     return {"fused": True} if fused_supported(torch.device(device).type) else {}

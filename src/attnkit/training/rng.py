@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -20,7 +20,8 @@ import torch
 def capture_rng() -> dict[str, Any]:
     """The current state of every generator, as tensors, numbers and lists (no pickle needed)."""
     version, internal, gauss_next = random.getstate()
-    kind, keys, position, has_gauss, cached_gaussian = np.random.get_state()
+    numpy_state = cast(tuple[str, np.ndarray, int, int, float], np.random.get_state(legacy=True))
+    kind, keys, position, has_gauss, cached_gaussian = numpy_state
     state: dict[str, Any] = {
         "python": {"version": version, "internal": list(internal), "gauss_next": gauss_next},
         "numpy": {"kind": kind, "keys": keys.tolist(), "position": int(position),

@@ -2,10 +2,10 @@ from dataclasses import replace
 
 import torch
 
+from attnkit.app.detection.recipe import DetectionTask
 from attnkit.detection.config import DetectionConfig, preset
 from attnkit.detection.data import CocoDetection, resolve_coco
 from attnkit.detection.shapes import ShapesConfig, write_shapes
-from attnkit.app.detection.recipe import DetectionTask
 from attnkit.detection.transforms import train_transforms
 
 
@@ -24,7 +24,7 @@ def _flat(task: DetectionTask, epoch: int, start: int = 0) -> list[torch.Tensor]
 
 
 def _loaded(task: DetectionTask, epoch: int, start: int = 0) -> list:
-    return [task.load(ref) for ref in task.batches(epoch)[start:]]
+    return list(task.load(task.batches(epoch)[start:]))
 
 
 def test_an_epoch_gives_the_same_augmented_batches_whatever_the_workers(tmp_path):

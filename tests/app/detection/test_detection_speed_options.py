@@ -13,14 +13,14 @@ from torch.testing import assert_close
 from typer.testing import CliRunner
 
 from attnkit.app.cli import load_commands
+from attnkit.app.detection.recipe import DetectionTask, loop_config
 from attnkit.detection.config import DetectionConfig, check_kept, override, preset
 from attnkit.detection.data import CocoDetection
 from attnkit.detection.detector import Detector
-from attnkit.app.detection.recipe import DetectionTask, loop_config
 from attnkit.detection.transforms import eval_transforms
 from attnkit.errors import ConfigError
-from attnkit.training import Budget, Trainer
 from attnkit.storage import RunFolder
+from attnkit.training import Budget, Trainer
 from attnkit.training.precision import cpu_has_bf16, resolve_amp
 
 CPU = torch.device("cpu")
@@ -102,8 +102,8 @@ def test_backbone_weights_follow_the_mode_and_a_validation_between_steps_changes
     weight = validated.model.backbone[0].body.layer4[0].conv1.weight  # trained (conv1 and layer1 are frozen here)
     initial = weight.detach().clone()
     assert weight.is_contiguous()
-    for ref in plain.batches(0)[:2]:  # two steps, with a validation's mode changes after each
-        losses = [task.train_step(ref)["loss"] for task in (validated, plain)]
+    for batch in plain.load(plain.batches(0)[:2]):  # two steps, with a validation's mode changes after each
+        losses = [task.train_step(task.model, batch)["loss"] for task in (validated, plain)]
         assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-5)
         for task, loss in zip((validated, plain), losses):
             loss.backward()

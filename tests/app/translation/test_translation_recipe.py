@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from attnkit.training import Budget, LoopConfig, Trainer
-
+from attnkit.app.translation.recipe import TranslationTask, prepare
 from attnkit.storage import RunFolder
+from attnkit.training import Budget, LoopConfig, Trainer
 from attnkit.translation.config import TranslationConfig, override, preset
 from attnkit.translation.numbers import NumbersSpec, numbers_splits
-from attnkit.app.translation.recipe import TranslationTask, prepare
 from attnkit.translation.translator import Translator
 
 SPEC = NumbersSpec(max_number=200, valid_size=8, test_size=8)

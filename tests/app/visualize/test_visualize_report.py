@@ -8,41 +8,52 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
-from attnkit.training import Budget, LoopConfig, Trainer
-
-from attnkit.storage import RunFolder
 from attnkit.app.visualize import report as report_module
 from attnkit.app.visualize.report import write_report
+from attnkit.storage import RunFolder
+from attnkit.training import Budget, LoopConfig, Trainer, plot_curves
 
 
 class LineTask:
     """y = 2x with a linear model: just enough of a task for the loop to run a few steps."""
 
     best_metric = ("loss", "min")
+    items_name = "examples"
 
     def __init__(self) -> None:
         torch.manual_seed(0)
         self.model = nn.Linear(1, 1)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
-        self.scheduler = None
         self.x = torch.linspace(-1, 1, 8).unsqueeze(1)
+
+    def lr_factor(self, step: int, budget_spent: float) -> float:
+        return 1.0
 
     def batches(self, epoch: int):
         return [(self.x, 2 * self.x)] * 3
 
-    def train_step(self, batch):
+    def load(self, batches):
+        return batches
+
+    def train_step(self, model, batch):
         x, y = batch
-        return {"loss": nn.functional.mse_loss(self.model(x), y), "items": len(x)}
+        return {"loss": nn.functional.mse_loss(model(x), y), "items": len(x)}
 
     def evaluate(self) -> dict[str, float]:
         return {"loss": float(nn.functional.mse_loss(self.model(self.x), 2 * self.x))}
+
+    def state(self) -> dict:
+        return {}
+
+    def load_state(self, state: dict) -> None:
+        pass
 
 
 def fit(tmp_path, name: str = "run"):
     run = RunFolder.create(tmp_path / name, "line", {"lr": 0.1})
     task = LineTask()
     result = Trainer(task, run, Budget(steps=4), LoopConfig(log_every_steps=2, eval_every_steps=2),
-                     progress=False, at_end=[report_module.report_at_end(task)]).fit()
+                     progress=False, at_end=[plot_curves, report_module.report_at_end(task)]).fit()
     return run, result
 
 

@@ -24,8 +24,8 @@ def test_tiny_fast_detector_fits_a_few_shapes_images(tmp_path):
     task = DetectionTask(config, dataset, dataset)
     losses = []
     for epoch in range(40):
-        batch = next(iter(task.batches(epoch)))
-        loss = task.train_step(batch)["loss"]
+        batch = next(iter(task.load(task.batches(epoch))))
+        loss = task.train_step(task.model, batch)["loss"]
         task.optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(task.model.parameters(), 0.1)

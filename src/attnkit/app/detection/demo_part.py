@@ -11,7 +11,7 @@ FALLBACK_SHOWN = 3  # a detector trained for minutes is rarely confident: show a
 
 def detection_demo(out: Path, minutes: float = DEMO_MINUTES) -> None:
     """Train the `small` preset on `shapes` for MINUTES, then save ground truth | predictions pictures."""
-    from attnkit.app.detection.commands import train
+    from attnkit.app.detection.recipe import DetectionRequest, train
     from attnkit.detection.data import read_image
     from attnkit.detection.detector import Detector
     from attnkit.detection.draw import draw_boxes, side_by_side
@@ -20,8 +20,8 @@ def detection_demo(out: Path, minutes: float = DEMO_MINUTES) -> None:
 
     run = out / "run"
     resume = (run / "config.json").is_file()
-    train(run, "shapes", Budget(minutes=minutes), "small", shapes=ShapesConfig(), resume=resume,
-          eval_every_minutes=minutes)
+    train(DetectionRequest(run, Budget(minutes=minutes), "shapes", "small", shapes=ShapesConfig(), resume=resume,
+                           eval_every_minutes=minutes))
     detector = Detector.from_run(run)
     val = detector_val_set(run)
     pictures = out / "pictures"

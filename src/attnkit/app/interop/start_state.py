@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from attnkit.training.fused_optimizer import fused_options
-from attnkit.training.loop import LoopState
+from attnkit.training.loop_state import LoopState
 from attnkit.training.rng import capture_rng
 from attnkit.translation.config import TranslationConfig
 from attnkit.translation.schedule import inverse_sqrt_schedule

@@ -7,12 +7,11 @@ import sys
 import time
 from pathlib import Path
 
-import torch
 import typer
 
 from attnkit.app.cli import app, data_app, eval_app, train_app
 from attnkit.app.devices import resolve_device
-from attnkit.errors import ConfigError, refuse_changes, user_errors
+from attnkit.errors import user_errors
 
 DATA_HELP = "Built-in dataset (numbers:de) or a folder with train.*, valid.* (and test.*): .tsv, .jsonl or SRC/TGT files."
 
@@ -46,27 +45,17 @@ def train_translation(
 ) -> None:
     """Train a translation model (a Transformer, or with --arch rnn the RNN baseline); writes the run folder OUT."""
     with user_errors():
-        from attnkit.training import Budget
-        from attnkit.training.precision import resolve_amp
-        from attnkit.translation.data import load_splits
-        from attnkit.app.translation.recipe import train_run
+        from attnkit.app.translation import recipe
+        from attnkit.training import Budget, distributed
 
-        from attnkit.training import distributed
-
-        device = distributed.setup(resolve_device(device))  # one process, or one of torchrun's (only rank 0 prints)
-        set_ = list(set_) + ([f"amp={amp}"] if amp else []) + \
+        on = distributed.setup(resolve_device(device))  # one process, or one of torchrun's (only rank 0 prints)
+        assignments = list(set_) + ([f"amp={amp}"] if amp else []) + \
             ([f"accumulate={accumulate}"] if accumulate is not None else [])
-        config = _resolve_config(out, preset, set_, source_lang, target_lang, resume, device, arch)
-        resolve_amp(config.amp, device)  # fp16 on a CPU: an error now, before the data is read
         budget = Budget(steps=steps, epochs=epochs, minutes=minutes if (steps or epochs or minutes) else 10.0)
-        splits = load_splits(data, {"train": train, "valid": valid, "test": test}, config.source_lang,
-                             config.target_lang, skip_bad=skip_bad_lines)
-        for corpus in splits.values():
-            print(f"data: {corpus.report.summary()}")
-        run = train_run(config, splits, out, budget, device, resume=resume, compile=compile_)
-        if "test" in splits and distributed.is_main():
-            _report_test(run.path, splits["test"], config.beam_size)
-        print(f"run folder: {run.path}")
+        recipe.train(recipe.TranslationRequest(
+            out, budget, data=data, train_file=train, valid_file=valid, test_file=test, preset=preset, arch=arch,
+            source_lang=source_lang, target_lang=target_lang, assignments=tuple(assignments), resume=resume,
+            device=on, skip_bad_lines=skip_bad_lines, compile=compile_))
         distributed.finish()
 
 
@@ -137,33 +126,6 @@ def data_numbers(
             print(f"{path}: {len(splits[split])} pairs")
 
 
-def _resolve_config(out: Path, preset_name: str | None, assignments: list[str], source_lang: str | None,
-                    target_lang: str | None, resume: bool, device: torch.device, arch: str | None = None):
-    from attnkit.translation.config import (TranslationConfig, check_kept, default_preset_name, override, preset,
-                                            with_architecture)
-
-    languages = [f"source_lang={json.dumps(source_lang)}"] if source_lang else []
-    languages += [f"target_lang={json.dumps(target_lang)}"] if target_lang else []
-    if resume and (out / "config.json").is_file():
-        from attnkit.storage import RunFolder
-
-        config = TranslationConfig.from_dict(RunFolder.open(out, "translation").config)
-        print(f"preset: {config.preset} (from {out / 'config.json'})")
-        refuse_changes(config.to_dict(), {"arch": arch}, ["arch"] if arch else [])  # not an override: sizes change
-        named = [f"preset={preset_name}"] if preset_name else []
-        check_kept(config, named + languages + list(assignments))  # no option may silently differ from config.json
-        return config
-    if preset_name is None:
-        preset_name = default_preset_name(device.type == "cuda")
-        print(f"preset: {preset_name} (the default on this machine, {device.type}; choose with --preset)")
-    else:
-        print(f"preset: {preset_name}")
-    config = override(with_architecture(preset(preset_name), arch or "transformer"), languages + list(assignments))
-    if assignments:
-        print(f"overrides: {', '.join(assignments)}")
-    return config
-
-
 def score_corpus(translator, corpus, beam_size: int | None) -> dict:
     from attnkit.translation.evaluate import score
 
@@ -171,16 +133,3 @@ def score_corpus(translator, corpus, beam_size: int | None) -> dict:
     hypotheses = translator.translate([p.source for p in corpus.pairs], beam_size=beam_size)
     seconds = time.perf_counter() - started
     return {**score(hypotheses, [p.target for p in corpus.pairs]).as_dict(), "seconds": round(seconds, 3)}
-
-
-def _report_test(run: Path, test, beam_size: int) -> None:
-    from attnkit.translation.translator import Translator
-
-    translator = Translator.from_run(run, weights="best")
-    result = score_corpus(translator, test, beam_size)
-    print(f"test ({len(test)} sentences, beam {beam_size}, best weights): BLEU {result['bleu']:.2f}, "
-          f"chrF {result['chrf']:.2f}, exact match {result['exact_match']:.1f}%")
-    for pair, hypothesis in zip(test.pairs[:3], translator.translate([p.source for p in test.pairs[:3]])):
-        print(f"  {pair.source} -> {hypothesis}  (reference: {pair.target})")
-
-

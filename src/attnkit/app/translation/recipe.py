@@ -1,49 +1,112 @@
-"""Training a translation model: the `TrainingTask` that `attnkit.training.Trainer` runs.
+"""Training a translation model: `train(TranslationRequest)`, the `TrainingTask` that `attnkit.training.Trainer` runs.
 
 The recipe of Vaswani et al. 2017, section 5: batches of about `max_tokens` tokens grouped by
 length, Adam(beta1 0.9, beta2 0.98, eps 1e-9), the inverse-square-root warm-up schedule (Eq. 3),
 dropout, label smoothing 0.1; validation by BLEU of greedy translations (plus loss and chrF).
-`prepare` turns a config and corpus splits into the tokenizer, the examples and the task.
+`train` resolves the config, reads the data, trains and scores the test split: the whole of
+`attnkit train translation`; `train_run` trains a config on splits already read (the demo, benchmarks);
+`prepare` turns a config and corpus splits into the tokenizer, the examples and the task's inputs.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+import json
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch import nn
 
-from attnkit.training import distributed
+from attnkit.baselines.bahdanau_rnn import BahdanauRNNConfig
+from attnkit.errors import refuse_changes
+from attnkit.storage import RunFolder
+from attnkit.training import Budget, FitResult, LoopConfig, Trainer, distributed, plot_curves
 from attnkit.training.fused_optimizer import fused_options
 from attnkit.training.precision import resolve_amp
 from attnkit.translation.batching import Batch, Example, collate, make_examples, padding_fraction, token_batches
-from attnkit.translation.config import TranslationConfig, build_model
-from attnkit.translation.data import Corpus
+from attnkit.translation.config import (
+    TranslationConfig,
+    build_model,
+    check_kept,
+    default_preset_name,
+    override,
+    preset,
+    with_architecture,
+)
+from attnkit.translation.data import Corpus, load_splits
 from attnkit.translation.evaluate import score
 from attnkit.translation.losses import label_smoothed_cross_entropy
-from attnkit.translation.schedule import inverse_sqrt_schedule
+from attnkit.translation.schedule import inverse_sqrt_lr
 from attnkit.translation.tokenizer import SubwordTokenizer
-from attnkit.translation.translator import translate_texts
+from attnkit.translation.translator import Translator, translate_texts
 
 
-class Epoch:
-    """One epoch's batches, built on demand (the Trainer may skip some when resuming)."""
+@dataclass(frozen=True)
+class TranslationRequest:
+    """What `attnkit train translation` collected: where to write, for how long, which data, model and device."""
 
-    def __init__(self, examples: Sequence[Example], batches: list[list[int]], device: torch.device) -> None:
-        self.examples, self.batches, self.device = examples, batches, device
+    out: Path
+    budget: Budget
+    data: str | None = None  # numbers:de, or a folder of train.*, valid.* (and test.*)
+    train_file: Path | None = None  # --train, --valid, --test: split files instead of (or over) DATA's
+    valid_file: Path | None = None
+    test_file: Path | None = None
+    preset: str | None = None  # default: tiny on a CPU, base on a GPU
+    arch: str | None = None  # transformer, or rnn (the baseline)
+    source_lang: str | None = None
+    target_lang: str | None = None
+    assignments: tuple[str, ...] = ()  # --set KEY=VALUE (and --amp, --accumulate)
+    resume: bool = False
+    device: torch.device = torch.device("cpu")
+    skip_bad_lines: bool = False
+    compile: bool = False
+    progress: bool = True
 
-    def __len__(self) -> int:
-        return len(self.batches)
 
-    def __iter__(self) -> Iterator[Batch]:
-        for indices in self.batches:
-            yield collate([self.examples[i] for i in indices]).to(self.device)
+def train(request: TranslationRequest) -> FitResult:
+    """Resolve the config, read the data, train in the run folder OUT and score the test split, if there is one."""
+    config = resolve_config(request)
+    resolve_amp(config.amp, request.device)  # fp16 on a CPU: an error now, before the data is read
+    files = {"train": request.train_file, "valid": request.valid_file, "test": request.test_file}
+    splits = load_splits(request.data, files, config.source_lang, config.target_lang, skip_bad=request.skip_bad_lines)
+    for corpus in splits.values():
+        print(f"data: {corpus.report.summary()}")
+    run, result = _train(config, splits, request.out, request.budget, request.device, request.resume,
+                         request.progress, request.compile)
+    if "test" in splits and distributed.is_main():
+        _report_test(run.path, splits["test"], config.beam_size)
+    print(f"run folder: {run.path}")
+    return result
+
+
+def resolve_config(request: TranslationRequest) -> TranslationConfig:
+    """The preset with the request's overrides; on resume, the run's config.json (ConfigError if asked to differ)."""
+    languages = [f"source_lang={json.dumps(request.source_lang)}"] if request.source_lang else []
+    languages += [f"target_lang={json.dumps(request.target_lang)}"] if request.target_lang else []
+    assignments, out = list(request.assignments), request.out
+    if request.resume and (out / "config.json").is_file():
+        config = TranslationConfig.from_dict(RunFolder.open(out, "translation").config)
+        print(f"preset: {config.preset} (from {out / 'config.json'})")
+        refuse_changes(config.to_dict(), {"arch": request.arch}, ["arch"] if request.arch else [])  # sizes change
+        named = [f"preset={request.preset}"] if request.preset else []
+        check_kept(config, named + languages + assignments)  # no option may silently differ from config.json
+        return config
+    name = request.preset
+    if name is None:
+        name = default_preset_name(request.device.type == "cuda")
+        print(f"preset: {name} (the default on this machine, {request.device.type}; choose with --preset)")
+    else:
+        print(f"preset: {name}")
+    config = override(with_architecture(preset(name), request.arch or "transformer"), languages + assignments)
+    if assignments:
+        print(f"overrides: {', '.join(assignments)}")
+    return config
 
 
 class TranslationTask:
-    """Model, optimizer, schedule and data of one run; see `attnkit.training.loop.TrainingTask`."""
+    """Model, optimizer, schedule and data of one run; a `attnkit.training.TrainingTask`."""
 
     items_name = "tokens"
 
@@ -53,25 +116,30 @@ class TranslationTask:
         self.best_metric = (config.best_metric, "min" if config.best_metric == "loss" else "max")
         torch.manual_seed(config.seed)
         self.model = build_model(config).to(self.device)
-        self.train_model = distributed.wrap(self.model)  # DDP under torchrun: averages gradients across processes
+        # lr 1.0: `lr_factor` is the rate itself
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1.0, betas=config.adam_betas, eps=config.adam_eps,
                                           **fused_options(self.device))
-        self.scheduler = inverse_sqrt_schedule(self.optimizer, config.model.d_model, config.warmup_steps, config.lr_scale)
         self.lengths = [example.lengths for example in train]
         self.valid = Corpus(valid.pairs[:config.eval_sentences], valid.report)
         sources = tokenizer.encode_source([p.source for p in self.valid.pairs])
         targets = tokenizer.encode_target([p.target for p in self.valid.pairs])
         self.valid_examples, _ = make_examples(sources, targets, config.max_length)
 
-    def batches(self, epoch: int) -> Epoch:
-        return Epoch(self.examples, distributed.shard(self.epoch_batches(epoch)), self.device)  # this process's
+    def lr_factor(self, step: int, budget_spent: float) -> float:
+        """Eq. 3 at the next update, step + 1 (it follows the steps, not the budget)."""
+        config = self.config
+        return inverse_sqrt_lr(step + 1, config.model.d_model, config.warmup_steps, config.lr_scale)
 
-    def epoch_batches(self, epoch: int) -> list[list[int]]:
-        """The same batches in the same order for the same epoch (seeded by seed and epoch)."""
+    def batches(self, epoch: int) -> list[list[int]]:
+        """The epoch's batches as example indices, the same in the same order for the same epoch (seeded)."""
         return token_batches(self.lengths, self.config.max_tokens, seed=self.config.seed * 100_003 + epoch)
 
-    def train_step(self, batch: Batch) -> dict[str, torch.Tensor | int]:
-        logits = self.train_model(batch.source, batch.target_input)  # (batch, target_length, vocab)
+    def load(self, batches: Sequence[list[int]]) -> Iterator[Batch]:
+        for indices in batches:
+            yield collate([self.examples[i] for i in indices]).to(self.device)
+
+    def train_step(self, model: nn.Module, batch: Batch) -> dict[str, torch.Tensor | int]:
+        logits = model(batch.source, batch.target_input)  # (batch, target_length, vocab)
         tokens = batch.target_tokens
         loss = label_smoothed_cross_entropy(logits, batch.target_output, self.config.label_smoothing) / tokens
         return {"loss": loss, "items": tokens + batch.source_tokens}
@@ -91,6 +159,12 @@ class TranslationTask:
         return {"loss": total / max(tokens, 1), "bleu": scores.bleu, "chrf": scores.chrf,
                 "exact_match": scores.exact_match}
 
+    def state(self) -> dict:
+        return {}  # the batches follow from (seed, epoch): nothing else to resume
+
+    def load_state(self, state: dict) -> None:
+        pass
+
 
 @dataclass
 class Prepared:
@@ -101,7 +175,7 @@ class Prepared:
     padding: float  # padding fraction of the first epoch's batches
 
 
-def prepare(config: TranslationConfig, splits: dict[str, Corpus], tokenizer_folder: Path | None = None) -> Prepared:
+def prepare(config: TranslationConfig, splits: Mapping[str, Corpus], tokenizer_folder: Path | None = None) -> Prepared:
     """Train the BPE tokenizer (or load it from a run folder), fill in the vocabulary sizes, tokenize train."""
     train = splits["train"].pairs
     if tokenizer_folder is not None:
@@ -120,15 +194,19 @@ def prepare(config: TranslationConfig, splits: dict[str, Corpus], tokenizer_fold
     return Prepared(config, tokenizer, examples, skipped, padding)
 
 
-def train_run(config: TranslationConfig, splits: dict[str, Corpus], out: Path, budget, device: torch.device,
-              resume: bool = False, progress: bool = True, compile: bool = False):
-    """Prepare the data, create (or reopen) the run folder OUT and train until `budget` is spent; returns the run.
+def train_run(config: TranslationConfig, splits: Mapping[str, Corpus], out: Path, budget: Budget,
+              device: torch.device, resume: bool = False, progress: bool = True, compile: bool = False) -> RunFolder:
+    """Train CONFIG on SPLITS in the run folder OUT until BUDGET is spent; returns the run folder."""
+    return _train(config, splits, out, budget, device, resume, progress, compile)[0]
+
+
+def _train(config: TranslationConfig, splits: Mapping[str, Corpus], out: Path, budget: Budget, device: torch.device,
+           resume: bool, progress: bool, compile: bool) -> tuple[RunFolder, FitResult]:
+    """Prepare the data, create (or reopen) the run folder OUT and train; the run and the Trainer's result.
 
     compile: train through torch.compile (`LoopConfig.compile`); the saved weights are the same either way.
     """
-    from attnkit.app.visualize.report import report_at_end
-    from attnkit.training import LoopConfig, Trainer
-    from attnkit.storage import RunFolder
+    from attnkit.app.visualize.report import report_at_end  # matplotlib: imported when training
 
     device = distributed.setup(device)  # under torchrun: join the process group, this process's GPU
     with distributed.main_first():  # rank 0 trains the tokenizer and creates OUT; the others read them
@@ -145,8 +223,8 @@ def train_run(config: TranslationConfig, splits: dict[str, Corpus], out: Path, b
     loop = LoopConfig(eval_every_minutes=config.eval_every_minutes, checkpoint_every_minutes=config.eval_every_minutes,
                       grad_clip=config.grad_clip, accumulate=config.accumulate, amp=amp,
                       average_last=config.average_last, compile=compile)
-    Trainer(task, run, budget, loop, progress=progress, at_end=[report_at_end(task)]).fit(resume=resume)
-    return run
+    at_end = (plot_curves, report_at_end(task))  # RUN/curves.png, then RUN/report.html, which shows it
+    return run, Trainer(task, run, budget, loop, progress=progress, at_end=at_end).fit(resume=resume)
 
 
 def describe(prepared: Prepared, device: torch.device, amp: str = "off") -> None:
@@ -156,17 +234,29 @@ def describe(prepared: Prepared, device: torch.device, amp: str = "off") -> None
     m = config.model
     parameters = _parameter_count(config)
     precision = "" if amp == "off" else f", {amp} autocast"
-    if config.arch == "rnn":
+    if isinstance(m, BahdanauRNNConfig):
         print(f"model: RNN with additive attention, embedding {m.embedding_dim}, hidden {m.hidden_size}, "
               f"attention {m.attention_dim}, {parameters / 1e6:.2f}M parameters; {vocab}; {device}{precision}")
     else:
         print(f"model: d_model {m.d_model}, {m.num_heads} heads, {m.num_encoder_layers}+{m.num_decoder_layers} layers, "
               f"d_ff {m.d_ff}, {m.positional_encoding} positions, {parameters / 1e6:.2f}M parameters; {vocab}; {device}"
               f"{precision}")
-    skipped = f", {prepared.skipped_long} pairs over {config.max_length} tokens skipped" if prepared.skipped_long else ""
+    skipped = f", {prepared.skipped_long} pairs over {config.max_length} tokens skipped" \
+        if prepared.skipped_long else ""
     print(f"batches: about {config.max_tokens} tokens each, padding {100 * prepared.padding:.1f}%{skipped}")
 
 
 def _parameter_count(config: TranslationConfig) -> int:
     with torch.device("meta"):
         return sum(p.numel() for p in build_model(config).parameters())
+
+
+def _report_test(run: Path, test: Corpus, beam_size: int) -> None:
+    """BLEU, chrF and exact match of the best weights on the test split, and three of its translations."""
+    translator = Translator.from_run(run, weights="best")
+    sources = [p.source for p in test.pairs]
+    result = score(translator.translate(sources, beam_size=beam_size), [p.target for p in test.pairs])
+    print(f"test ({len(test)} sentences, beam {beam_size}, best weights): BLEU {result.bleu:.2f}, "
+          f"chrF {result.chrf:.2f}, exact match {result.exact_match:.1f}%")
+    for pair, hypothesis in zip(test.pairs[:3], translator.translate(sources[:3])):
+        print(f"  {pair.source} -> {hypothesis}  (reference: {pair.target})")

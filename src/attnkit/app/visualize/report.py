@@ -61,9 +61,10 @@ def write_report(run: RunFolder | Path, task: Any = None, texts: Sequence[str] =
     return path
 
 
-def report_at_end(task: Any) -> Callable[[RunFolder], None]:
-    """A `Trainer(at_end=...)` callback: RUN/report.html with TASK's samples; a failure to draw it only warns."""
-    def write(run: RunFolder) -> None:
+def report_at_end(task: Any) -> Callable[[RunFolder, Any], None]:
+    """A `Trainer(at_end=...)` callback (`attnkit.training.AtEnd`): RUN/report.html with TASK's samples; a failure
+    to draw it only warns."""
+    def write(run: RunFolder, result: Any = None) -> None:
         try:
             with isolated_rng():
                 print(f"report: {write_report(run, task=task)}", flush=True)
