@@ -1,4 +1,4 @@
-"""Dropout's CPU mask: the drop rate, the expectation, the gradient, reproducibility, and torch's behaviour elsewhere."""
+"""Dropout's CPU mask: the drop rate, the expectation, the gradient, reproducibility, torch's behaviour elsewhere."""
 
 from __future__ import annotations
 

@@ -12,7 +12,8 @@ E, H = 16, 4
 
 def pair(batch_first=False, kdim=None, dropout=0.0, bias=True):
     torch.manual_seed(0)
-    theirs = torch.nn.MultiheadAttention(E, H, dropout=dropout, bias=bias, kdim=kdim, vdim=kdim, batch_first=batch_first)
+    theirs = torch.nn.MultiheadAttention(E, H, dropout=dropout, bias=bias, kdim=kdim, vdim=kdim,
+                                         batch_first=batch_first)
     ours = MultiHeadAttention(E, H, dropout=dropout, bias=bias, kdim=kdim, vdim=kdim, batch_first=batch_first)
     ours.load_state_dict(theirs.state_dict())
     return ours.eval(), theirs.eval()

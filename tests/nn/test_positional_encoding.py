@@ -8,7 +8,6 @@ from torch.testing import assert_close
 
 from attnkit.nn import LearnedPositionalEmbedding, PositionEmbeddingSine2D, SinusoidalPositionalEncoding
 
-
 # ---- sinusoidal (Vaswani et al. 2017, section 3.5) ----
 
 def test_sinusoidal_position_zero_is_zero_one_interleaved():

@@ -6,8 +6,18 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from attnkit.nn import (InputError, KVCache, MultiHeadAttention, ShapeError, Transformer, TransformerDecoder,
-                        TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer, causal_mask)
+from attnkit.nn import (
+    InputError,
+    KVCache,
+    MultiHeadAttention,
+    ShapeError,
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+    causal_mask,
+)
 
 E, H, FF, BATCH, QUERIES, KEYS = 8, 2, 16, 3, 4, 5
 TOL = {"atol": 1e-5, "rtol": 1e-5}
@@ -29,8 +39,8 @@ def layer_pair(kind: str, **options):
     torch.manual_seed(0)
     options = {"dropout": 0.0, **options}
     theirs = getattr(torch.nn, kind)(E, H, FF, **options)
-    ours = {"TransformerEncoderLayer": TransformerEncoderLayer, "TransformerDecoderLayer": TransformerDecoderLayer}[kind](
-        E, H, FF, **options)
+    ours = {"TransformerEncoderLayer": TransformerEncoderLayer,
+            "TransformerDecoderLayer": TransformerDecoderLayer}[kind](E, H, FF, **options)
     ours.load_state_dict(theirs.state_dict())
     return ours, theirs
 
@@ -149,8 +159,9 @@ def test_hooks_on_the_stacks_layers_fire():
     calls = []
     for name in ("encoder", "decoder"):
         for index, layer in enumerate(getattr(model, name).layers):
-            layer.register_forward_pre_hook(lambda module, args, name=f"{name}.{index}": calls.append(name))
-            layer.register_forward_hook(lambda module, args, output, name=f"{name}.{index}": calls.append(name + " done"))
+            label = f"{name}.{index}"
+            layer.register_forward_pre_hook(lambda module, args, label=label: calls.append(label))
+            layer.register_forward_hook(lambda module, args, output, label=label: calls.append(label + " done"))
     model(sequence(KEYS, True), sequence(QUERIES, True))
     assert calls == ["encoder.0", "encoder.0 done", "encoder.1", "encoder.1 done",
                      "decoder.0", "decoder.0 done", "decoder.1", "decoder.1 done"]
@@ -244,7 +255,7 @@ MHA_CASES = {
     "1-D key_padding_mask": ((x3(4, 3, E),) * 3, {"key_padding_mask": torch.zeros(4, dtype=torch.bool)},
                              "`key_padding_mask` to be `None` or 2-D"),
     "1-D attn_mask": ((x3(4, 3, E),) * 3, {"attn_mask": torch.zeros(4, dtype=torch.bool)}, "2-D or 3-D"),
-    "unbatched 3-D attn_mask of the wrong size": ((x3(4, E),) * 3, {"attn_mask": torch.zeros(5, 4, 4, dtype=torch.bool)},
+    "unbatched 3-D attn_mask of the wrong size": ((x3(4, E),) * 3, {"attn_mask": torch.zeros(5, 4, 4) > 0},
                                                   r"Expected `attn_mask` shape to be \(2, 4, 4\)"),
     "integer attn_mask": ((x3(4, 3, E),) * 3, {"attn_mask": torch.zeros(4, 4, dtype=torch.long)}, "bool and floating"),
     "integer key_padding_mask": ((x3(4, 3, E),) * 3, {"key_padding_mask": torch.zeros(3, 4, dtype=torch.int32)},
@@ -253,7 +264,7 @@ MHA_CASES = {
                                        r"attn_mask must be \(queries, keys\)"),
     "3-D attn_mask of the wrong size": ((x3(4, 3, E),) * 3, {"attn_mask": torch.zeros(3, 4, 4)},
                                         r"\(batch \* heads, queries, keys\)"),
-    "key_padding_mask of the wrong size": ((x3(4, 3, E),) * 3, {"key_padding_mask": torch.zeros(3, 5, dtype=torch.bool)},
+    "key_padding_mask of the wrong size": ((x3(4, 3, E),) * 3, {"key_padding_mask": torch.zeros(3, 5) > 0},
                                            r"key_padding_mask must be \(batch, keys\)"),
     "query features": ((x3(4, 3, 6), x3(4, 3, E), x3(4, 3, E)), {}, "expecting embedding dimension of 8"),
     "key and value features": ((x3(4, 3, E), x3(4, 3, 6), x3(4, 3, 6)), {}, "key has 6 features"),

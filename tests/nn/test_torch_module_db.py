@@ -46,7 +46,8 @@ NESTED_TENSOR = ("torch's TransformerEncoder in eval without autograd turns the 
 NESTED_MEMORY = NESTED_TENSOR + " (and the Transformer's decoder then attends to the zeros)"
 
 pytestmark = [pytest.mark.filterwarnings("ignore:enable_nested_tensor is True:UserWarning"),
-              pytest.mark.filterwarnings("ignore:Support for mismatched:UserWarning")]
+              pytest.mark.filterwarnings("ignore:Support for mismatched:UserWarning"),
+              pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors:UserWarning")]
 
 
 def import_module_db() -> list:
@@ -151,7 +152,8 @@ def test_sample_matches_torch(info, mode: str, index: int) -> None:
     with torch.no_grad():
         for parameter in theirs.parameters():
             parameter.normal_(0.0, 0.3)
-    assert [(k, v.shape) for k, v in ours.state_dict().items()] == [(k, v.shape) for k, v in theirs.state_dict().items()]
+    shapes = [[(key, value.shape) for key, value in module.state_dict().items()] for module in (ours, theirs)]
+    assert shapes[0] == shapes[1]
     ours.load_state_dict(theirs.state_dict(), strict=True)
     theirs.train(mode == "train")
     ours.train(mode == "train")

@@ -4,8 +4,15 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from attnkit.nn import (MultiHeadAttention, Transformer, TransformerDecoder, TransformerDecoderLayer,
-                        TransformerEncoder, TransformerEncoderLayer, capture_attention)
+from attnkit.nn import (
+    MultiHeadAttention,
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+    capture_attention,
+)
 
 D, H, FF, BATCH, SOURCE, TARGET = 16, 4, 32, 3, 7, 5
 TOL = {"atol": 1e-5, "rtol": 1e-5}

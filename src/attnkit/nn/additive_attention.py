@@ -40,7 +40,8 @@ class AdditiveAttention(nn.Module):
         """
         if projected_keys is None:
             projected_keys = self.project_keys(keys)  # (batch, keys, attention_dim)
-        hidden = (self.query_proj(query).unsqueeze(2) + projected_keys.unsqueeze(1)).tanh()  # (batch, queries, keys, attention_dim)
+        # (batch, queries, keys, attention_dim)
+        hidden = (self.query_proj(query).unsqueeze(2) + projected_keys.unsqueeze(1)).tanh()
         scores = self.score(hidden).squeeze(-1)  # e_ij: (batch, queries, keys)
         if key_padding_mask is not None:
             scores = scores.masked_fill(key_padding_mask.unsqueeze(1), float("-inf"))

@@ -30,8 +30,15 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.nn.dropout import Dropout
-from attnkit.nn.encoder import (SequenceLayout, attention_sizes, check_attn_mask, check_heads, check_padding_mask,
-                                check_same_shape, clones)
+from attnkit.nn.encoder import (
+    SequenceLayout,
+    attention_sizes,
+    check_attn_mask,
+    check_heads,
+    check_padding_mask,
+    check_same_shape,
+    clones,
+)
 from attnkit.nn.errors import InputError, ShapeError
 from attnkit.nn.feed_forward import Activation, FeedForwardMixin
 from attnkit.nn.kv_cache import KVCache
@@ -111,7 +118,7 @@ class TransformerDecoderLayer(FeedForwardMixin, nn.Module):
                 tgt_key_padding_mask: Tensor | None = None, memory_key_padding_mask: Tensor | None = None,
                 tgt_is_causal: bool = False, memory_is_causal: bool = False, pos: Tensor | None = None,
                 query_pos: Tensor | None = None, cache: DecoderLayerCache | None = None) -> Tensor:
-        """tgt: (queries, batch, d_model), memory: (keys, batch, d_model), or batch first, or unbatched; tgt's shape out.
+        """tgt: (queries, batch, d_model), memory: (keys, batch, d_model), batch first, or unbatched; tgt's shape out.
 
         tgt_is_causal, memory_is_causal: torch's hints that tgt_mask, memory_mask are causal (which,
         as for torch, must then be given). pos: memory's shape, added to the cross-attention keys;

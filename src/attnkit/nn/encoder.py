@@ -103,9 +103,10 @@ def clones(layer: nn.Module, num_layers: int) -> nn.ModuleList:
 def attention_sizes(name: str, layer: nn.Module) -> tuple[int, int, bool]:
     """(d_model, nhead, batch_first) of a layer, read off its `self_attn` as torch's stacks do."""
     attention = getattr(layer, "self_attn", None)
-    if not all(hasattr(attention, size) for size in ("embed_dim", "num_heads", "batch_first")):
+    d_model, nhead, batch_first = (getattr(attention, size, None) for size in ("embed_dim", "num_heads", "batch_first"))
+    if d_model is None or nhead is None or batch_first is None:
         raise ValueError(f"{name} must be a Transformer layer with a multi-head `self_attn`, got {type(layer)}")
-    return attention.embed_dim, attention.num_heads, attention.batch_first
+    return d_model, nhead, batch_first
 
 
 class TransformerEncoderLayer(FeedForwardMixin, nn.Module):
@@ -165,7 +166,7 @@ class TransformerEncoder(nn.Module):
         super().__init__()
         if num_layers < 0:
             raise ValueError(f"num_layers must be at least 0, got {num_layers}")
-        self.d_model, self.nhead, self.batch_first = attention_sizes("encoder_layer", encoder_layer)  # with 0 layers too
+        self.d_model, self.nhead, self.batch_first = attention_sizes("encoder_layer", encoder_layer)  # 0 layers too
         self.layers = clones(encoder_layer, num_layers)
         self.num_layers, self.norm = num_layers, norm
         self.enable_nested_tensor, self.mask_check = enable_nested_tensor, mask_check

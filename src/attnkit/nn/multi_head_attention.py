@@ -36,6 +36,9 @@ CAUSAL_HINT_WITHOUT_MASK = ("Need attn_mask if specifying the is_causal hint. Yo
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O; a drop-in for torch.nn.MultiheadAttention."""
 
+    bias_k: nn.Parameter | None
+    bias_v: nn.Parameter | None
+
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
                  add_bias_kv: bool = False, add_zero_attn: bool = False, kdim: int | None = None,
                  vdim: int | None = None, batch_first: bool = False, device=None, dtype=None,
@@ -143,22 +146,23 @@ class MultiHeadAttention(nn.Module):
         """
         self._check_features(query, key, value)
         offset = cache.length if cache is not None and not cache.static else 0
-        reuse = cache is not None and cache.static and cache.filled
+        memory = _static_keys_and_values(cache)
         bias = self._in_proj_bias(query.dtype)
-        if shared == "qkv" and self._qkv_same_embed_dim and not reuse:
+        if shared == "qkv" and self._qkv_same_embed_dim and memory is None:
             q, k, v = F.linear(query, self.in_proj_weight, bias).chunk(3, dim=-1)
         else:
             w_q, w_k, w_v = self._weights()
             b_q, b_k, b_v = bias.chunk(3) if bias is not None else (None, None, None)
             q = F.linear(query, w_q, b_q)
-            if reuse:
-                return self._rotate(self._split_heads(q), offset), cache.key, cache.value
+            if memory is not None:
+                return self._rotate(self._split_heads(q), offset), memory[0], memory[1]
             if shared and self._qkv_same_embed_dim:  # W^K and W^V are the last two thirds of in_proj_weight
                 bias_kv = None if bias is None else bias[self.embed_dim:]
                 k, v = F.linear(key, self.in_proj_weight[self.embed_dim:], bias_kv).chunk(2, dim=-1)
             else:
                 k, v = F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
-        q, k, v = self._rotate(self._split_heads(q), offset), self._rotate(self._split_heads(k), offset), self._split_heads(v)
+        q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)
+        q, k = self._rotate(q, offset), self._rotate(k, offset)
         return (q, *cache.extend(k, v)) if cache is not None else (q, k, v)
 
     def _in_proj_bias(self, dtype: torch.dtype) -> Tensor | None:
@@ -168,7 +172,8 @@ class MultiHeadAttention(nn.Module):
 
     def _weights(self) -> tuple[Tensor, Tensor, Tensor]:
         if self._qkv_same_embed_dim:
-            return self.in_proj_weight.chunk(3)
+            w_q, w_k, w_v = self.in_proj_weight.chunk(3)
+            return w_q, w_k, w_v
         return self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
 
     def _split_heads(self, x: Tensor) -> Tensor:
@@ -184,9 +189,12 @@ class MultiHeadAttention(nn.Module):
         Neither enters a cache: they are appended to the whole sequence's keys at every call.
         """
         extra = 0
-        if self.bias_k is not None:
+        if (self.bias_k is None) != (self.bias_v is None):
+            raise ShapeError("bias_k and bias_v must both be set or both be None")  # torch asserts so too
+        if self.bias_k is not None and self.bias_v is not None:
             batch = k.size(0)
-            k = torch.cat([k, self._split_heads(self.bias_k.expand(batch, 1, -1))], dim=-2)  # bias_k: (batch, heads, 1, head_dim)
+            # bias_k, bias_v: (1, 1, embed_dim) -> (batch, heads, 1, head_dim)
+            k = torch.cat([k, self._split_heads(self.bias_k.expand(batch, 1, -1))], dim=-2)
             v = torch.cat([v, self._split_heads(self.bias_v.expand(batch, 1, -1))], dim=-2)
             extra += 1
         if self.add_zero_attn:
@@ -246,6 +254,13 @@ class MultiHeadAttention(nn.Module):
         return kept @ v, kept
 
 
+def _static_keys_and_values(cache: KVCache | None) -> tuple[Tensor, Tensor] | None:
+    """A filled static cache's keys and values (the memory's, projected on the first call), else None."""
+    if cache is None or not cache.static or cache.key is None or cache.value is None:
+        return None
+    return cache.key, cache.value
+
+
 def check_ranks(query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Tensor | None,
                 attn_mask: Tensor | None, num_heads: int) -> bool:
     """torch's rank checks (ShapeError, an AssertionError as torch's); True when the inputs are batched.
@@ -290,8 +305,9 @@ def _merge(masks: list[Tensor], dtype: torch.dtype) -> Tensor | None:
         return ~forbidden
     total = torch.zeros((), dtype=dtype, device=masks[0].device)
     for mask in masks:
-        additive = torch.zeros_like(mask, dtype=dtype).masked_fill(mask, float("-inf")) if mask.dtype == torch.bool else mask.to(dtype)
-        total = total + additive
+        if mask.dtype == torch.bool:
+            mask = torch.zeros_like(mask, dtype=dtype).masked_fill(mask, float("-inf"))
+        total = total + mask.to(dtype)
     return total
 
 
