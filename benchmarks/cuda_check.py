@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from attnkit.detection.architectures import build_model as build_detector
-from attnkit.detection.config import DetectionConfig, preset as detection_preset
+from attnkit.detection.config import DetectionConfig, preset as detection_preset, with_arch
 from attnkit.app.detection.recipe import criterion_of
 from attnkit.nn import MultiHeadAttention, reference_attention, scaled_dot_product_attention
 from attnkit.training.fused_optimizer import fused_options
@@ -194,7 +194,7 @@ def check_detection(device: torch.device, quick: bool) -> None:
         for dtype in ("bf16", "fp16") if device.type == "cuda" else ("bf16",):
             torch.manual_seed(0)
             config = detection_configs("small", quick)
-            config = replace(config, model=replace(config.model, arch=arch))
+            config = replace(config, model=with_arch(config.model, arch))
             model = build_detector(config.model).to(device).train()
             criterion = criterion_of(config).to(device)
             optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, **fused_options(device))
@@ -257,7 +257,7 @@ def time_detector_inference(device: torch.device, quick: bool) -> None:
           "| --- | --- | ---: | ---: | ---: |")
     for name, size, batch in rows:
         config = detection_configs(name, quick).model
-        models = {arch: build_detector(replace(config, arch=arch)).to(device).eval() for arch in ("detr", "fast")}
+        models = {arch: build_detector(with_arch(config, arch)).to(device).eval() for arch in ("detr", "fast")}
         images, mask, _ = random_batch(batch, size, config.num_classes, device)
         for dtype in ("fp32", "bf16"):
             with torch.inference_mode(), autocast(device, dtype):
@@ -276,7 +276,7 @@ def time_detector_training(device: torch.device, quick: bool) -> None:
         for arch in ("detr", "fast"):
             torch.manual_seed(0)
             config = detection_configs(name, quick)
-            config = replace(config, model=replace(config.model, arch=arch))
+            config = replace(config, model=with_arch(config.model, arch))
             model = build_detector(config.model).to(device).train()
             criterion = criterion_of(config).to(device)
             optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, **fused_options(device))

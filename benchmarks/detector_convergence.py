@@ -191,10 +191,10 @@ def minutes_to_reach(points: list[dict], target: float) -> float | None:
 def inference_speed(size: int, batches: int, batch: int = 1, warmup: int = 2) -> dict[str, float]:
     """Images/s of `detr` and `fast` (small preset, 5 classes, eval mode), alternating, BATCH images of SIZE x SIZE."""
     from attnkit.detection.architectures import build_model
-    from attnkit.detection.config import preset
+    from attnkit.detection.config import preset, with_arch
 
     base = replace(preset("small")[0], num_classes=5)
-    models = {arch: build_model(replace(base, arch=arch)).eval() for arch in ("detr", "fast")}
+    models = {arch: build_model(with_arch(base, arch)).eval() for arch in ("detr", "fast")}
     pixels, mask = torch.randn(batch, 3, size, size), torch.zeros(batch, size, size, dtype=torch.bool)
     times: dict[str, list[float]] = {arch: [] for arch in models}
     with torch.inference_mode():  # as `attnkit detect` and `eval` run

@@ -31,7 +31,7 @@ from dataclasses import replace
 import torch
 
 from attnkit.detection.architectures import build_model
-from attnkit.detection.config import DetectionConfig, preset
+from attnkit.detection.config import DetectionConfig, preset, with_arch
 from attnkit.app.detection.recipe import criterion_of
 from attnkit.detection.variants.multi_scale_deformable_attention import MultiScaleDeformableAttention
 from attnkit.training.fused_optimizer import fused_options
@@ -108,7 +108,7 @@ def sampling_bound(repeats: int) -> None:
     """Part 3: DETR, `fast`, and `fast` with free sampling, as preset and with the ResNet to C5; images/s, / DETR."""
     small = replace(preset("small")[0], num_classes=5)
     torch.manual_seed(0)
-    models = {"DETR": build_model(replace(small, arch="detr")), "fast": build_model(small),
+    models = {"DETR": build_model(with_arch(small, "detr")), "fast": build_model(small),
               "fast, free sampling": free_sampling(build_model(small)),
               "fast, ResNet to C5": build_model(replace(small, last_stage=5)),
               "fast, ResNet to C5, free sampling": free_sampling(build_model(replace(small, last_stage=5)))}
@@ -175,7 +175,7 @@ def main() -> None:
     rows = [(arch, small, "small", size, batch, args.repeats) for size, batch in ((96, 1), (96, 8), (384, 1))
             for arch in ("detr", "fast")] + [("detr", paper, args.paper_preset, args.paper_size, 1, args.paper_repeats)]
     for arch, config, name, size, batch, repeats in rows:
-        ms = inference_ms(in_both_layouts(build_model(replace(config, arch=arch)), training=False), size, batch,
+        ms = inference_ms(in_both_layouts(build_model(with_arch(config, arch)), training=False), size, batch,
                           repeats)
         print(f"| {arch} `{name}`, {size} px, {batch} | {ms['nchw']:.1f} | {ms['cl']:.1f} | "
               f"{ms['nchw'] / ms['cl']:.2f}x |", flush=True)
@@ -183,10 +183,10 @@ def main() -> None:
           "channels-last")
     for arch in ("detr", "fast"):
         torch.manual_seed(0)
-        config = DetectionConfig(replace(small, arch=arch), preset("small")[1], preset="small")
+        config = DetectionConfig(with_arch(small, arch), preset("small")[1], preset="small")
         ms = training_step_ms(in_both_layouts(build_model(config.model), training=True), config, args.repeats)
         print(f"  {arch}: {ms['nchw']:.1f} / {ms['cl']:.1f}", flush=True)
-    models = {arch: build_model(replace(paper, arch=arch)).eval() for arch in ("detr", "fast")}
+    models = {arch: build_model(with_arch(paper, arch)).eval() for arch in ("detr", "fast")}
     ms = inference_ms(models, args.paper_size, 1, args.paper_repeats)
     parameters = {arch: sum(p.numel() for p in m.parameters()) / 1e6 for arch, m in models.items()}
     print(f"\n`{args.paper_preset}` preset, {args.paper_size} px, batch 1: DETR {ms['detr'] / 1000:.2f} s "

@@ -23,18 +23,17 @@ def test_cuda_check_runs_every_part_on_the_cpu_without_a_failure(tmp_path):
 def test_the_sampling_bound_skips_only_the_sampling(monkeypatch):
     """detector_inference.py --bound: `fast` with free sampling never samples, and keeps its output's form."""
     import importlib.util
-    from dataclasses import replace
 
     import torch
 
     from attnkit.detection.architectures import build_model
-    from attnkit.detection.config import preset
+    from attnkit.detection.config import preset, with_arch
     from attnkit.detection.variants import multi_scale_deformable_attention
 
     spec = importlib.util.spec_from_file_location("detector_inference", ROOT / "benchmarks" / "detector_inference.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    config = replace(preset("tiny")[0], arch="fast", num_classes=3)
+    config = with_arch(preset("tiny")[0], "fast", num_classes=3, last_stage=4)
     images, mask = torch.randn(2, 3, 64, 64), torch.zeros(2, 64, 64, dtype=torch.bool)
     torch.manual_seed(0)
     real = build_model(config).eval()
@@ -47,5 +46,5 @@ def test_the_sampling_bound_skips_only_the_sampling(monkeypatch):
 
         monkeypatch.setattr(multi_scale_deformable_attention, "deformable_sampling", sampling)
         got = free(images, mask)
-    assert {k: v.shape for k, v in got.items() if torch.is_tensor(v)} == \
-        {k: v.shape for k, v in expected.items() if torch.is_tensor(v)}
+    assert {k: v.shape for k, v in vars(got).items() if torch.is_tensor(v)} == \
+        {k: v.shape for k, v in vars(expected).items() if torch.is_tensor(v)}

@@ -7,7 +7,7 @@ from torchvision.ops.misc import FrozenBatchNorm2d
 
 from attnkit.detection.architectures import ARCHITECTURES, build_model
 from attnkit.detection.backbone import Backbone
-from attnkit.detection.config import DetrConfig, preset
+from attnkit.detection.config import DetrConfig, preset, with_arch
 from attnkit.detection.set_criterion import SetCriterion
 from attnkit.errors import CheckpointError, ConfigError
 
@@ -39,10 +39,10 @@ def test_outputs_shapes_ranges_and_auxiliary_layers():
     images, mask = torch.randn(2, 3, 64, 96), torch.zeros(2, 64, 96, dtype=torch.bool)
     mask[1, :, 64:] = True  # the second image is 64 x 64, padded
     outputs = model(images, mask)
-    assert outputs["pred_logits"].shape == (2, 10, 4) and outputs["pred_boxes"].shape == (2, 10, 4)
-    assert 0 <= outputs["pred_boxes"].min() and outputs["pred_boxes"].max() <= 1
-    assert len(outputs["aux_outputs"]) == 2
-    assert outputs["aux_outputs"][0]["pred_boxes"].shape == (2, 10, 4)
+    assert outputs.logits.shape == (2, 10, 4) and outputs.boxes.shape == (2, 10, 4)
+    assert 0 <= outputs.boxes.min() and outputs.boxes.max() <= 1
+    assert len(outputs.aux) == 2 and outputs.class_logits is None
+    assert outputs.aux[0].boxes.shape == (2, 10, 4) and outputs.aux[0].logits.shape == (2, 10, 4)
 
 
 def test_gradients_flow_to_all_heads_and_the_backbone():
@@ -86,7 +86,7 @@ def test_channels_last_weights_compute_the_same_and_save_contiguous(tmp_path):
     save_weights(tmp_path / "w.safetensors", model.state_dict())
     load_weights(tmp_path / "w.safetensors", plain)  # written contiguous, read into either layout
     with torch.no_grad():
-        torch.testing.assert_close(plain(images, mask)["pred_boxes"], model(images, mask)["pred_boxes"])
+        torch.testing.assert_close(plain(images, mask).boxes, model(images, mask).boxes)
 
 
 def test_bad_backbone_files_and_configs_are_user_errors(tmp_path):
@@ -99,5 +99,5 @@ def test_bad_backbone_files_and_configs_are_user_errors(tmp_path):
     with pytest.raises(ConfigError, match="backbone"):
         DetrConfig(backbone="vgg16")
     with pytest.raises(ConfigError, match="architecture"):
-        build_model(_tiny(arch="nope"))
+        with_arch(_tiny(), "nope")
     assert "detr" in ARCHITECTURES

@@ -7,7 +7,8 @@ from attnkit.detection.hungarian_matcher import MatchCost, hungarian_match, matc
 
 def _brute_force(matrix: torch.Tensor) -> float:
     queries, objects = matrix.shape
-    return min(sum(matrix[q, o].item() for o, q in enumerate(perm)) for perm in itertools.permutations(range(queries), objects))
+    return min(sum(matrix[q, o].item() for o, q in enumerate(perm))
+               for perm in itertools.permutations(range(queries), objects))
 
 
 def test_obvious_assignment_on_a_hand_built_case():

@@ -3,11 +3,11 @@ from dataclasses import replace
 
 import torch
 
+from attnkit.app.detection.recipe import DetectionTask
 from attnkit.detection.config import DetectionConfig, preset
 from attnkit.detection.data import CocoDetection, resolve_coco
 from attnkit.detection.evaluate import evaluate_detector, predict_dataset
 from attnkit.detection.shapes import ShapesConfig, write_shapes
-from attnkit.app.detection.recipe import DetectionTask
 from attnkit.detection.transforms import eval_transforms
 
 

@@ -1,14 +1,15 @@
-"""Detection configs: the model (`DetrConfig`) and its training (`DetectionTrainConfig`), with presets.
+"""Detection configs: the model (`DetrConfig`, `FastDetrConfig`) and its training (`DetectionTrainConfig`); presets.
 
 `detr-r50` is the paper's configuration (Carion et al. 2020, section 4 and appendix A.4);
-`small` trains on the built-in `shapes` data on 2 CPU cores in minutes; `tiny` is for tests.
-Saved together as the run folder's config.json and rebuilt from it.
+`small` trains `fast` on the built-in `shapes` data on 2 CPU cores in minutes; `tiny` is for tests.
+Saved together as the run folder's config.json, the model's fields flat under "model" with its
+"arch", and rebuilt from it.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from attnkit import overrides
 from attnkit.errors import ConfigError
@@ -18,8 +19,8 @@ BACKBONES = ("resnet18", "resnet34", "resnet50", "resnet101")
 
 @dataclass(frozen=True)
 class DetrConfig:
-    """The detector; the defaults are DETR-R50 (hidden 256, 8 heads, 6+6 layers, d_ff 2048, 100 queries)."""
-    arch: str = "detr"  # a key of attnkit.detection.architectures.ARCHITECTURES
+    """The paper's detector; the defaults are DETR-R50 (hidden 256, 8 heads, 6+6 layers, d_ff 2048, 100 queries)."""
+    arch: ClassVar[str] = "detr"  # a key of MODEL_CONFIGS and of attnkit.detection.architectures.ARCHITECTURES
     num_classes: int = 91  # real classes; the dataset's at training time ("no object" is added)
     backbone: str = "resnet50"
     dilation: bool = False  # DC5: dilate the last stage, stride 16 instead of 32
@@ -33,19 +34,6 @@ class DetrConfig:
     num_queries: int = 100
     pre_norm: bool = False  # the paper is post-norm
     aux_loss: bool = True  # a loss after every decoder layer (section 3.2)
-    # read by `fast` only (attnkit.detection.variants); each switches one technique off, for ablations
-    feature_levels: int = 3  # ResNet stages read: 1 = the last alone (C5: DETR), 3 = C3, C4, C5; levels past the
-    # backbone's last stage are made from it by stride-2 convolutions (Deformable DETR's fourth level)
-    last_stage: int = 5  # the backbone's deepest stage: 5 = C5 (DETR); 4 = the ResNet stops after C4
-    deformable_attention: bool = True  # multi-scale deformable attention (Zhu et al. 2021) instead of full
-    deformable_points: int = 4  # sampled points per head and level
-    encoder_levels: int = 2  # the deformable encoder updates the coarsest N levels (C4, C5), reading all
-    # (Lite DETR); feature_levels or more: every level (Deformable DETR); 1: C5 alone
-    box_refinement: bool = True  # anchor-box queries, refined by every decoder layer
-    focal_loss: bool = True  # sigmoid focal classification loss and matching cost
-    query_groups: int = 3  # query groups trained one-to-one each (Group DETR); 1 = off
-    two_stage: bool = True  # the decoder starts from the best encoder proposals (needs box_refinement)
-    denoising_groups: int = 0  # groups of noised ground-truth queries to reconstruct in training (measured: no gain here)
 
     def __post_init__(self) -> None:
         if self.backbone not in BACKBONES:
@@ -59,40 +47,102 @@ class DetrConfig:
         if self.hidden_dim % self.num_heads or self.hidden_dim % 2:
             raise ConfigError(f"hidden_dim ({self.hidden_dim}) must be even and divisible by num_heads "
                               f"({self.num_heads})")
-        if self.two_stage and not self.box_refinement and self.arch != "detr":
-            raise ConfigError("two_stage starts the decoder from proposed boxes and needs box_refinement; "
-                              "set both to false to ablate refinement")
-        if self.encoder_levels < 1:
-            raise ConfigError(f"encoder_levels must be at least 1, got {self.encoder_levels}")
-        if self.encoder_levels < self.feature_levels and not self.deformable_attention and self.arch != "detr":
-            raise ConfigError("encoder_levels below feature_levels updates some levels of the deformable encoder "
-                              "and needs deformable_attention; set encoder_levels to feature_levels to ablate "
-                              "deformable attention")
-        if self.denoising_groups and not self.box_refinement and self.arch != "detr":
-            raise ConfigError("denoising queries start from noised boxes and need box_refinement; "
-                              "set model.denoising_groups=0 to ablate refinement")
         if not 0 <= self.dropout < 1:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+
+
+@dataclass(frozen=True)
+class FastDetrConfig(DetrConfig):
+    """`fast` (attnkit.detection.variants.fast_detr): DETR's fields, and one per technique that switches it off
+    (for ablations); with every technique off `fast` computes DETR."""
+    arch: ClassVar[str] = "fast"
+    feature_levels: int = 3  # ResNet stages read: 1 = the last alone (C5: DETR), 3 = C3, C4, C5; levels past the
+    # backbone's last stage are made from it by stride-2 convolutions (Deformable DETR's fourth level)
+    last_stage: int = 5  # the backbone's deepest stage: 5 = C5 (DETR); 4 = the ResNet stops after C4
+    deformable_attention: bool = True  # multi-scale deformable attention (Zhu et al. 2021) instead of full
+    deformable_points: int = 4  # sampled points per head and level
+    encoder_levels: int = 2  # the deformable encoder updates the coarsest N levels (C4, C5), reading all
+    # (Lite DETR); feature_levels or more: every level (Deformable DETR); 1: C5 alone
+    box_refinement: bool = True  # anchor-box queries, refined by every decoder layer
+    focal_loss: bool = True  # sigmoid focal classification loss and matching cost (weights: train.focal_*)
+    query_groups: int = 3  # query groups trained one-to-one each (Group DETR); 1 = off
+    two_stage: bool = True  # the decoder starts from the best encoder proposals (needs box_refinement)
+    denoising_groups: int = 0  # groups of noised ground-truth queries to rebuild in training (measured: no gain here)
+    denoising_label_noise: float = 0.25  # the probability that a denoising query's label flips (DN-DETR's lambda_1)
+    denoising_box_noise: float = 1.0  # a denoising box's corners move by up to this times half its size (lambda_2)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
         if not 1 <= self.feature_levels <= 4 or self.deformable_points < 1 or self.query_groups < 1:
             raise ConfigError(f"feature_levels must be in 1..4, deformable_points and query_groups at least 1, got "
                               f"{self.feature_levels}, {self.deformable_points}, {self.query_groups}")
         if self.last_stage not in (4, 5):
             raise ConfigError(f"last_stage must be 5 (C5) or 4 (the ResNet stops after C4), got {self.last_stage}")
-        if self.last_stage == 4 and self.dilation and self.arch != "detr":
+        if self.last_stage == 4 and self.dilation:
             raise ConfigError("dilation (DC5) dilates C5, which last_stage=4 does not build; set one of them")
+        if self.encoder_levels < 1:
+            raise ConfigError(f"encoder_levels must be at least 1, got {self.encoder_levels}")
+        if self.encoder_levels < self.feature_levels and not self.deformable_attention:
+            raise ConfigError("encoder_levels below feature_levels updates some levels of the deformable encoder "
+                              "and needs deformable_attention; set encoder_levels to feature_levels to ablate "
+                              "deformable attention")
+        if self.two_stage and not self.box_refinement:
+            raise ConfigError("two_stage starts the decoder from proposed boxes and needs box_refinement; "
+                              "set both to false to ablate refinement")
         if self.denoising_groups < 0:
             raise ConfigError(f"denoising_groups must be 0 (off) or more, got {self.denoising_groups}")
+        if self.denoising_groups and not self.box_refinement:
+            raise ConfigError("denoising queries start from noised boxes and need box_refinement; "
+                              "set model.denoising_groups=0 to ablate refinement")
+        if not 0 <= self.denoising_label_noise <= 1 or self.denoising_box_noise < 0:
+            raise ConfigError(f"denoising_label_noise must be in [0, 1] and denoising_box_noise non-negative, got "
+                              f"{self.denoising_label_noise}, {self.denoising_box_noise}")
+
+
+MODEL_CONFIGS: dict[str, type[DetrConfig]] = {"detr": DetrConfig, "fast": FastDetrConfig}  # arch -> model config
+# what runs written before `fast` had its own config saved under "model" whatever the arch (DETR read none of it)
+_TECHNIQUE_FIELDS = frozenset({f.name for f in fields(FastDetrConfig)} - {f.name for f in fields(DetrConfig)}
+                              | {"lite_encoder"})
+
+
+def with_arch(model: DetrConfig, arch: str, **changes: Any) -> DetrConfig:
+    """MODEL as the config of ARCH, with CHANGES: the fields both configs have keep MODEL's values (DETR's
+    sizes), the others take ARCH's defaults. ConfigError naming the architectures if ARCH is unknown."""
+    if arch not in MODEL_CONFIGS:
+        raise ConfigError(f"unknown detector architecture {arch!r}; choose one of {', '.join(MODEL_CONFIGS)}")
+    config_class = MODEL_CONFIGS[arch]
+    names = {f.name for f in fields(config_class)}
+    return config_class(**{**{k: v for k, v in asdict(model).items() if k in names}, **changes})
+
+
+def model_from_dict(values: dict[str, Any]) -> DetrConfig:
+    """The model config saved as VALUES (config.json's "model": its arch and fields), older forms included.
+
+    Older runs saved every technique field whatever the arch (DETR's are dropped), and lack those added
+    since (`two_stage` and `denoising_groups` off; `encoder_levels`: every level, or all but C3 where
+    they had `lite_encoder`)."""
+    values = dict(values)
+    arch = values.pop("arch", "detr")
+    if arch not in MODEL_CONFIGS:
+        raise ConfigError(f"unknown detector architecture {arch!r}; choose one of {', '.join(MODEL_CONFIGS)}")
+    if MODEL_CONFIGS[arch] is DetrConfig:
+        return DetrConfig(**{k: v for k, v in values.items() if k not in _TECHNIQUE_FIELDS})
+    values = {"two_stage": False, "denoising_groups": 0, **values}
+    if "encoder_levels" not in values:
+        levels = values.get("feature_levels", 3)
+        values["encoder_levels"] = max(levels - 1, 1) if values.pop("lite_encoder", False) else levels
+    return MODEL_CONFIGS[arch](**values)
 
 
 @dataclass(frozen=True)
 class DetectionTrainConfig:
-    """Optimisation, augmentation and loss weights; the defaults are the paper's."""
+    """Optimisation, augmentation and loss weights; the defaults are the paper's (the focal ones Deformable DETR's)."""
     lr: float = 1e-4
     lr_backbone: float = 1e-5
     weight_decay: float = 1e-4
     clip_max_norm: float = 0.1
     batch_size: int = 2
-    lr_drop: float = 2 / 3  # learning rates x 0.1 once this fraction of the budget is spent (200 of 300 epochs); 1: never
+    lr_drop: float = 2 / 3  # learning rates x 0.1 once this fraction of the budget is spent (200 of 300 epochs); 1: no
     train_scales: tuple[int, ...] = (480, 512, 544, 576, 608, 640, 672, 704, 736, 768, 800)
     max_size: int = 1333
     val_size: int = 800
@@ -105,6 +155,11 @@ class DetectionTrainConfig:
     bbox_loss_coef: float = 5.0
     giou_loss_coef: float = 2.0
     eos_coef: float = 0.1  # weight of the "no object" class
+    # with model.focal_loss, in place of cost_class and ce_loss_coef (Zhu et al. 2021: set_cost_class, cls_loss_coef)
+    focal_cost_class: float = 2.0
+    focal_loss_coef: float = 2.0
+    focal_alpha: float = 0.25  # FL's alpha and gamma (Lin et al. 2017, Eq. 5), in the loss and the matching cost
+    focal_gamma: float = 2.0
     seed: int = 0
     accumulate: int = 1  # batches per optimizer step: each step sees batch_size x accumulate x processes images
     amp: Literal["auto", "off", "bf16", "fp16"] = "auto"  # autocast; auto: bf16 on CUDA and CPUs with native bf16
@@ -128,12 +183,28 @@ class DetectionTrainConfig:
             raise ConfigError(f"max_size ({self.max_size}) must be at least the largest scale")
         if not 0 < self.crop_min_fraction <= 1:
             raise ConfigError(f"crop_min_fraction must be in (0, 1], got {self.crop_min_fraction}")
+        if not 0 <= self.focal_alpha <= 1 or self.focal_gamma < 0:
+            raise ConfigError(f"focal_alpha must be in [0, 1] and focal_gamma non-negative, got "
+                              f"{self.focal_alpha}, {self.focal_gamma}")
+
+
+def train_from_dict(values: dict[str, Any]) -> DetectionTrainConfig:
+    """The training config saved as VALUES, older forms included: a drop after N epochs (`lr_drop_epochs`)
+    resumes without one; the focal weights, before they were fields, were twice cost_class and ce_loss_coef."""
+    values = dict(values)
+    if "lr_drop_epochs" in values:
+        values = {"lr_drop": 1.0, **values}
+        del values["lr_drop_epochs"]
+    if "focal_cost_class" not in values:
+        values["focal_cost_class"] = 2 * values.get("cost_class", 1.0)
+        values["focal_loss_coef"] = 2 * values.get("ce_loss_coef", 1.0)
+    return DetectionTrainConfig(**values)
 
 
 @dataclass(frozen=True)
 class DetectionConfig:
     """A detection run's whole config: model, training, and where the data came from."""
-    model: DetrConfig = field(default_factory=DetrConfig)
+    model: DetrConfig = field(default_factory=DetrConfig)  # or a subclass, as model.arch says
     train: DetectionTrainConfig = field(default_factory=DetectionTrainConfig)
     preset: str = "detr-r50"
     data: str = "shapes"  # "shapes" or a COCO-layout folder
@@ -142,26 +213,20 @@ class DetectionConfig:
     shapes: dict[str, Any] = field(default_factory=dict)  # ShapesConfig fields when data is "shapes"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        document = asdict(self)
+        document["model"] = {"arch": self.model.arch, **document["model"]}
+        return document
 
     @classmethod
     def from_dict(cls, document: dict[str, Any]) -> DetectionConfig:
         """Rebuild from config.json; ConfigError on unknown or missing sections.
 
-        Fields added since a run was written take their defaults (`train.amp`, `train.accumulate`),
-        so older run folders still resume, evaluate and detect.
+        Fields added since a run was written take their defaults (`train.amp`, `train.accumulate`), or the
+        values the run trained with (`model_from_dict`, `train_from_dict`), so older run folders still
+        resume, evaluate and detect.
         """
         try:
-            # runs written before two-stage and denoising existed load without them
-            model = {"two_stage": False, "denoising_groups": 0, **document["model"]}
-            if "encoder_levels" not in model:  # written before it: every level, or all but C3 (`lite_encoder`)
-                levels = model.get("feature_levels", 3)
-                model["encoder_levels"] = max(levels - 1, 1) if model.pop("lite_encoder", False) else levels
-            train = dict(document["train"])
-            if "lr_drop_epochs" in train:  # older runs (a drop after N epochs): resume without one
-                train = {"lr_drop": 1.0, **train}
-                del train["lr_drop_epochs"]
-            return cls(model=DetrConfig(**model), train=DetectionTrainConfig(**train),
+            return cls(model=model_from_dict(document["model"]), train=train_from_dict(document["train"]),
                        **{f.name: _tuple(document[f.name]) for f in fields(cls) if f.name not in ("model", "train")})
         except (KeyError, TypeError) as error:
             raise ConfigError(f"not a detection config ({error})") from None
@@ -173,16 +238,16 @@ def _tuple(value: Any) -> Any:
 
 # the ResNet stops after C4: on 96 px images C5 is 3 x 3 cells, yet layer4 holds 8.4M of ResNet-18's 11.2M weights
 # and half of its inference time (BENCHMARKS.md, "The ResNet stops after C4")
-_SMALL_MODEL = DetrConfig(arch="fast", backbone="resnet18", hidden_dim=128, num_heads=8, enc_layers=2, dec_layers=2,
-                          dim_feedforward=512, dropout=0.0, num_queries=15, last_stage=4)
+_SMALL_MODEL = FastDetrConfig(backbone="resnet18", hidden_dim=128, num_heads=8, enc_layers=2, dec_layers=2,
+                              dim_feedforward=512, dropout=0.0, num_queries=15, last_stage=4)
 # one scale, no crop, the drop at 80%: for budgets of minutes (BENCHMARKS.md, "Detector convergence")
 _SMALL_TRAIN = DetectionTrainConfig(lr=3e-4, lr_backbone=3e-4, clip_max_norm=0.1, batch_size=4, lr_drop=0.8,
                                     train_scales=(96,), max_size=160, val_size=96, crop_min_fraction=1.0)
 PRESETS: dict[str, tuple[DetrConfig, DetectionTrainConfig]] = {
     "detr-r50": (DetrConfig(), DetectionTrainConfig()),
     "small": (_SMALL_MODEL, _SMALL_TRAIN),
-    "tiny": (replace(_SMALL_MODEL, arch="detr", hidden_dim=32, num_heads=2, enc_layers=1, dec_layers=1, dim_feedforward=64,
-                     num_queries=10),
+    "tiny": (DetrConfig(backbone="resnet18", hidden_dim=32, num_heads=2, enc_layers=1, dec_layers=1, dim_feedforward=64,
+                        dropout=0.0, num_queries=10),
              replace(_SMALL_TRAIN, lr=5e-4, lr_backbone=5e-4, batch_size=4, train_scales=(64,), max_size=96,
                      val_size=64, crop_min_fraction=1.0, amp="off")),  # fp32: tests compare exact sums
 }

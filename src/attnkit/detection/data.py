@@ -265,7 +265,7 @@ class CocoDetection(torch.utils.data.Dataset):
         return len(self.coco.records)
 
     def read(self, index: int) -> Image.Image:
-        """The decoded RGB image of sample INDEX; a DataError naming the file if it is unreadable or not as annotated."""
+        """The decoded RGB image of sample INDEX; DataError naming the file if it is unreadable or not as annotated."""
         record = self.coco.records[index]
         pil = read_image(self.images / record.file_name, record.image_id)
         if pil.size != (record.width, record.height):

@@ -78,7 +78,7 @@ class Detector:
             mask = torch.zeros(1, *batch.shape[-2:], dtype=torch.bool, device=self.device)
             outputs = self.model(batch, mask)
             size = torch.tensor([pixels.shape[-2:]])
-            detection = postprocess(outputs["pred_logits"], outputs["pred_boxes"], size)[0]
+            detection = postprocess(outputs.logits, outputs.boxes, size)[0]
             keep = detection["scores"] >= threshold
             order = detection["scores"][keep].argsort(descending=True)
             labels = detection["labels"][keep][order].cpu()

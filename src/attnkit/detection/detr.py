@@ -13,8 +13,8 @@ heads for the auxiliary losses. Names follow facebookresearch/detr (`backbone.0.
 so its checkpoints map onto this module.
 
 The interface every detector in attnkit shares: `model(images, mask)` with images
-(batch, 3, height, width) and mask (batch, height, width), True on padding, returns
-{"pred_logits", "pred_boxes", "aux_outputs": [{"pred_logits", "pred_boxes"}, ...]}.
+(batch, 3, height, width) and mask (batch, height, width), True on padding, returns a
+`DetectionOutput` (attnkit.detection.output): the last layer's logits and boxes, the others' as `aux`.
 """
 
 from __future__ import annotations
@@ -26,8 +26,15 @@ from torch import Tensor, nn
 
 from attnkit.detection.backbone import Backbone, Joiner
 from attnkit.detection.config import DetrConfig
-from attnkit.nn import (PositionEmbeddingSine2D, Transformer, TransformerDecoder, TransformerDecoderLayer,
-                        TransformerEncoder, TransformerEncoderLayer)
+from attnkit.detection.output import DetectionOutput, SetPrediction
+from attnkit.nn import (
+    PositionEmbeddingSine2D,
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
 
 
 class MLP(nn.Module):
@@ -71,7 +78,7 @@ class DETR(nn.Module):
         self.class_embed = nn.Linear(hidden_dim, num_classes + 1)
         self.bbox_embed = MLP(hidden_dim, hidden_dim, 4, 3)
 
-    def forward(self, images: Tensor, mask: Tensor, targets: object = None) -> dict:
+    def forward(self, images: Tensor, mask: Tensor, targets: object = None) -> DetectionOutput:
         """images (batch, 3, H, W), mask (batch, H, W) True on padding; targets: unread (the paper's
         model learns from the loss alone; variants with denoising queries read them)."""
         features, mask, pos = self.backbone(images, mask)  # (batch, C, h, w), (batch, h, w), (batch, d, h, w)
@@ -87,10 +94,10 @@ class DETR(nn.Module):
         return heads_output(logits, boxes, self.aux_loss)
 
 
-def heads_output(logits: Tensor, boxes: Tensor, aux: bool = True) -> dict:
-    """The shared output form from per-layer predictions (layers, batch, queries, ...)."""
-    aux_outputs = [{"pred_logits": l, "pred_boxes": b} for l, b in zip(logits[:-1], boxes[:-1])] if aux else []
-    return {"pred_logits": logits[-1], "pred_boxes": boxes[-1], "aux_outputs": aux_outputs}
+def heads_output(logits: Tensor, boxes: Tensor, aux: bool = True) -> DetectionOutput:
+    """The shared output from per-layer predictions: logits (layers, batch, queries, classes + 1) and boxes
+    (layers, batch, queries, 4); the earlier layers' as `aux` when AUX."""
+    return DetectionOutput.from_layers([SetPrediction(*layer) for layer in zip(logits, boxes)], aux)
 
 
 def build_detr(config: DetrConfig, backbone_weights: Path | None = None) -> DETR:

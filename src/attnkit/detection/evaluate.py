@@ -46,7 +46,7 @@ def coco_evaluate(annotations: CocoAnnotations, results: Sequence[dict]) -> dict
     """AP, AP50, AP75, APs, APm, APl of RESULTS (COCO results format) against the annotations."""
     ground_truth = coco_ground_truth(annotations)
     if not results:
-        return {name: 0.0 for name in METRICS}
+        return dict.fromkeys(METRICS, 0.0)
     with contextlib.redirect_stdout(io.StringIO()):
         detections = ground_truth.loadRes([dict(r) for r in results])
         evaluator = COCOeval(ground_truth, detections, iouType="bbox")
@@ -92,9 +92,9 @@ def predict_dataset(model: nn.Module, dataset: CocoDetection, batch_size: int = 
             images, mask, targets = collate([dataset[i] for i in indices])
             outputs = model(images.to(device), mask.to(device))
             sizes = torch.stack([t["orig_size"] for t in targets])
-            detections = (pairs(outputs["class_logits"], outputs["pred_boxes"], sizes)
-                          if "class_logits" in outputs and not one_per_query
-                          else postprocess(outputs["pred_logits"], outputs["pred_boxes"], sizes))
+            detections = (pairs(outputs.class_logits, outputs.boxes, sizes)
+                          if outputs.class_logits is not None and not one_per_query
+                          else postprocess(outputs.logits, outputs.boxes, sizes))
             for target, detection in zip(targets, detections):
                 results += to_coco_results(target["image_id"], detection, dataset.coco.category_ids)
     finally:

@@ -4,7 +4,7 @@ Each query's class is the most probable real class (the "no object" probability 
 its score that class's probability; boxes go from normalised (cx, cy, w, h) to (x0, y0, x1, y1)
 pixels of the original image.
 
-A detector with sigmoid classes (`class_logits`, the focal loss) scores every (query, class) pair
+A detector with sigmoid classes (its output's `class_logits`, the focal loss) scores every (query, class) pair
 on its own; for evaluation, `pairs` keeps the 100 best pairs of each image, so a query whose
 class is in doubt counts once per likely class (Deformable DETR's `PostProcess`; COCO AP reads at
 most 100 detections per image). Either way there is no NMS.
@@ -24,7 +24,7 @@ def postprocess(logits: Tensor, boxes: Tensor, image_sizes: Tensor) -> list[dict
     prob = logits.float().softmax(-1)[..., :-1]  # (batch, queries, classes)
     scores, labels = prob.max(-1)  # (batch, queries)
     pixels = pixel_boxes(boxes, image_sizes)  # (batch, queries, 4)
-    return [{"scores": s, "labels": l, "boxes": b} for s, l, b in zip(scores, labels, pixels)]
+    return [{"scores": s, "labels": c, "boxes": b} for s, c, b in zip(scores, labels, pixels)]
 
 
 def pixel_boxes(boxes: Tensor, image_sizes: Tensor) -> Tensor:
@@ -42,4 +42,4 @@ def pairs(class_logits: Tensor, boxes: Tensor, image_sizes: Tensor, keep: int = 
     scores, index = class_logits.float().sigmoid().flatten(1).topk(min(keep, queries * classes), dim=1)
     labels, query = index % classes, index // classes  # (batch, kept)
     pixels = pixel_boxes(boxes, image_sizes)  # (batch, queries, 4)
-    return [{"scores": s, "labels": l, "boxes": b[q]} for s, l, q, b in zip(scores, labels, query, pixels)]
+    return [{"scores": s, "labels": c, "boxes": b[q]} for s, c, q, b in zip(scores, labels, query, pixels)]

@@ -4,9 +4,9 @@
 
 after the optimal matching sigma of Eq. 1. The "no object" class is down-weighted by 0.1 in the
 cross-entropy; L_box = 5 * L1 + 2 * (1 - GIoU), both normalised by the number of target boxes in
-the batch (the global batch, over all processes, when several train). The same loss is added for every decoder layer's predictions (auxiliary losses,
-section 3.2). The cardinality error (how far the number of predicted objects is from the number
-of targets) is logged, not optimised.
+the batch (the global batch, over all processes, when several train). The same loss is added for
+every decoder layer's predictions (auxiliary losses, section 3.2). The cardinality error (how far
+the number of predicted objects is from the number of targets) is logged, not optimised.
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torchvision.ops import box_convert, generalized_box_iou_loss
 
+from attnkit.detection.config import DetectionTrainConfig, DetrConfig
 from attnkit.detection.hungarian_matcher import Match, MatchCost, hungarian_match
+from attnkit.detection.output import DetectionOutput, SetPrediction
 from attnkit.errors import ConfigError
 
 
@@ -64,9 +66,9 @@ class MatchIndex:
 class SetCriterion(nn.Module):
     """Hungarian matching, then the set loss on the final and every auxiliary decoder output.
 
-    The layers' predictions (and, through `group_losses`, other query groups') are predictions of the same
-    targets: they are matched and scored as one batch of (layer, image) pairs, which gives each layer's
-    terms as if it were scored alone, with one matching and one pass of each loss for all of them.
+    The layers' predictions are predictions of the same targets: they are matched and scored as one
+    batch of (layer, image) pairs (`set_terms`), which gives each layer's terms as if it were scored
+    alone, with one matching and one pass of each loss for all of them.
     """
 
     def __init__(self, num_classes: int, cost: MatchCost = MatchCost(), weights: LossWeights = LossWeights()) -> None:
@@ -76,68 +78,64 @@ class SetCriterion(nn.Module):
         class_weight[-1] = weights.no_object
         self.register_buffer("class_weight", class_weight, persistent=False)
 
-    def forward(self, outputs: dict, targets: Sequence[dict[str, Tensor]]) -> dict[str, Tensor]:
-        """outputs: {"pred_logits": (batch, queries, classes + 1), "pred_boxes": (batch, queries, 4),
-        "aux_outputs": [{...}, ...]}. Returns the weighted total "loss" and each term (final layer
-        unsuffixed, auxiliary layer i suffixed `_i`)."""
-        return self.group_losses([outputs], targets)
+    def forward(self, output: DetectionOutput, targets: Sequence[dict[str, Tensor]]) -> dict[str, Tensor]:
+        """Returns the weighted total "loss" over the layers (Eq. 2 each) and each term (final layer unsuffixed,
+        auxiliary layer i suffixed `_i`), with the logged class and cardinality errors."""
+        num_boxes = global_box_count(sum(len(t["labels"]) for t in targets), output.boxes.device)
+        terms = self.set_terms([output, *output.aux], targets, num_boxes)  # each (layers,)
+        return {**self.named(terms, output, targets), "loss": self.weighted(terms)}
 
-    def group_losses(self, groups: Sequence[dict], targets: Sequence[dict[str, Tensor]]) -> dict[str, Tensor]:
-        """GROUPS: outputs of query groups predicting the same targets, each as `forward` takes it. The first
-        group's terms (and its `enc_outputs`' with the suffix `_enc`), and "loss": the mean over the groups
-        of their weighted totals."""
-        num_boxes = global_box_count(sum(len(t["labels"]) for t in targets), groups[0]["pred_boxes"].device)
-        sets = [layer for group in groups for layer in (group, *group.get("aux_outputs", []))]
-        terms = self.set_terms(sets, targets, num_boxes)  # each (sets,)
-        first = groups[0]
+    def named(self, terms: dict[str, Tensor], output: DetectionOutput,
+              targets: Sequence[dict[str, Tensor]]) -> dict[str, Tensor]:
+        """OUTPUT's terms by name, from TERMS (each (sets,), OUTPUT's final layer first, then its `aux`): the final
+        layer's unsuffixed, auxiliary layer i's suffixed `_i`, and the final layer's cardinality error."""
         losses = {k: v[0] for k, v in terms.items()}
-        losses["cardinality_error"] = cardinality_error(first["pred_logits"], targets)
-        for i in range(len(first.get("aux_outputs", []))):
+        losses["cardinality_error"] = cardinality_error(output.logits, targets)
+        for i in range(len(output.aux)):
             losses.update({f"{k}_{i}": v[i + 1] for k, v in terms.items()})
-        total = self.weighted({k: v.sum() for k, v in terms.items()})
-        if "enc_outputs" in first:  # two-stage detectors' first-stage proposals (variants/query_selection)
-            enc = self.layer_losses(first["enc_outputs"], targets, num_boxes)
-            losses.update({f"{k}_enc": v for k, v in enc.items()})
-            total = total + self.weighted(enc)
-        losses["loss"] = total / len(groups)
         return losses
 
-    def weighted(self, losses: dict[str, Tensor]) -> Tensor:
-        """The weighted sum of every `loss_ce*`, `loss_bbox*` and `loss_giou*` term in LOSSES."""
+    def weighted(self, terms: dict[str, Tensor]) -> Tensor:
+        """The sum over the sets of TERMS (each (sets,)) of lambda_cls L_cls + lambda_L1 L1 + lambda_iou L_GIoU."""
         w = self.weights
-        return sum(w.ce * v for k, v in losses.items() if k.startswith("loss_ce")) \
-            + sum(w.l1 * v for k, v in losses.items() if k.startswith("loss_bbox")) \
-            + sum(w.giou * v for k, v in losses.items() if k.startswith("loss_giou"))
+        return w.ce * terms["loss_ce"].sum() + w.l1 * terms["loss_bbox"].sum() + w.giou * terms["loss_giou"].sum()
 
-    def layer_losses(self, outputs: dict, targets: Sequence[dict[str, Tensor]], num_boxes: float,
-                     matches: Sequence[Match] | None = None) -> dict[str, Tensor]:
-        """One layer's classification and box terms, after the optimal matching (or the given MATCHES)."""
-        return {k: v[0] for k, v in self.set_terms([outputs], targets, num_boxes, matches).items()}
+    def set_terms(self, sets: Sequence[SetPrediction], targets: Sequence[dict[str, Tensor]],
+                  num_boxes: float) -> dict[str, Tensor]:
+        """Each term of each of SETS (predictions of TARGETS, of one shape), as (sets,) tensors, after the optimal
+        matching of Eq. 1: the sets are stacked as one batch of (set, image) pairs and matched together."""
+        scores, boxes = _stack([self.class_scores(s) for s in sets]), _stack([s.boxes for s in sets])
+        return self.terms(scores, boxes, targets, self.match(scores, boxes, targets), num_boxes)
 
-    def set_terms(self, sets: Sequence[dict], targets: Sequence[dict[str, Tensor]], num_boxes: float,
-                  matches: Sequence[Match] | None = None) -> dict[str, Tensor]:
-        """Each term of each of SETS (predictions of TARGETS, of one shape), as (sets,) tensors: the sets are
-        stacked as one batch of (set, image) pairs, matched together (or all by the given MATCHES, one per image)."""
-        stacked = {key: torch.cat([s[key] for s in sets]) if len(sets) > 1 else sets[0][key]
-                   for key in self.predictions if key in sets[0]}
-        matches = self.match(stacked, targets) if matches is None else list(matches) * len(sets)  # per (set, image)
-        every = list(targets) * len(sets)  # the targets of each (set, image) pair
+    def assigned_terms(self, sets: Sequence[SetPrediction], targets: Sequence[dict[str, Tensor]],
+                       matches: Sequence[Match], num_boxes: float) -> dict[str, Tensor]:
+        """`set_terms` with a given assignment instead of the optimal one: MATCHES, one per image, for every set."""
+        scores, boxes = _stack([self.class_scores(s) for s in sets]), _stack([s.boxes for s in sets])
+        return self.terms(scores, boxes, targets, list(matches) * len(sets), num_boxes)
+
+    def class_scores(self, prediction: SetPrediction) -> Tensor:
+        """What the classification term and the matching cost read: the softmax logits (batch, queries, classes + 1)."""
+        return prediction.logits
+
+    def match(self, scores: Tensor, boxes: Tensor, targets: Sequence[dict[str, Tensor]]) -> list[Match]:
+        """The optimal assignment sigma of Eq. 1 of each (set, image) of the stacked (sets * batch) predictions."""
+        return hungarian_match(scores, boxes, targets, self.cost)
+
+    def terms(self, scores: Tensor, boxes: Tensor, targets: Sequence[dict[str, Tensor]], matches: Sequence[Match],
+              num_boxes: float) -> dict[str, Tensor]:
+        """Per set (sets,): the classification and box terms of the stacked predictions SCORES (sets * batch,
+        queries, ...) and BOXES (sets * batch, queries, 4) under MATCHES, one per (set, image)."""
+        sets = len(matches) // len(targets)
+        every = list(targets) * sets  # the targets of each (set, image) pair
         batch_index, query_index = _flat_indices(matches)
-        index = MatchIndex(batch_index, query_index, batch_index // len(targets), len(sets))
-        return {**self.classification_terms(stacked, every, matches, index, num_boxes),
-                **box_terms(stacked["pred_boxes"], every, matches, index, num_boxes)}
+        index = MatchIndex(batch_index, query_index, batch_index // len(targets), sets)
+        return {**self.classification_terms(scores, every, matches, index, num_boxes),
+                **box_terms(boxes, every, matches, index, num_boxes)}
 
-    predictions = ("pred_logits", "pred_boxes")  # what the terms read of a set
-
-    def match(self, outputs: dict, targets: Sequence[dict[str, Tensor]]) -> list[Match]:
-        """The optimal assignment sigma of Eq. 1 of each (set, image) of OUTPUTS' (sets * batch) predictions."""
-        return hungarian_match(outputs["pred_logits"], outputs["pred_boxes"], targets, self.cost)
-
-    def classification_terms(self, outputs: dict, targets: Sequence[dict[str, Tensor]], matches: Sequence[Match],
+    def classification_terms(self, logits: Tensor, targets: Sequence[dict[str, Tensor]], matches: Sequence[Match],
                              index: MatchIndex, num_boxes: float) -> dict[str, Tensor]:
         """Per set: the weighted cross-entropy ("no object" for unmatched queries; the weighted mean over the
-        set's queries) and the matched queries' class error."""
-        logits = outputs["pred_logits"]  # (sets * batch, queries, classes + 1)
+        set's queries) and the matched queries' class error. logits: (sets * batch, queries, classes + 1)."""
         batch_index, query_index = index.batch, index.query
         target_classes = torch.full(logits.shape[:2], self.num_classes, dtype=torch.int64, device=logits.device)
         matched_labels = matched_targets(targets, matches, "labels").to(logits.device)
@@ -146,6 +144,17 @@ class SetCriterion(nn.Module):
         ce = F.cross_entropy(logits.float().transpose(1, 2), target_classes, weight, reduction="none")
         loss_ce = ce.view(index.sets, -1).sum(1) / weight[target_classes].view(index.sets, -1).sum(1)
         return {"loss_ce": loss_ce, "class_error": class_error(logits[batch_index, query_index], matched_labels, index)}
+
+
+def build_set_criterion(config: DetrConfig, train: DetectionTrainConfig) -> SetCriterion:
+    """DETR's loss with the training config's matching costs and loss weights."""
+    return SetCriterion(config.num_classes, *criterion_weights(train))
+
+
+def criterion_weights(train: DetectionTrainConfig) -> tuple[MatchCost, LossWeights]:
+    """The matching costs and loss weights of TRAIN (the paper's by default)."""
+    return (MatchCost(train.cost_class, train.cost_bbox, train.cost_giou),
+            LossWeights(train.ce_loss_coef, train.bbox_loss_coef, train.giou_loss_coef, train.eos_coef))
 
 
 def box_terms(boxes: Tensor, targets: Sequence[dict[str, Tensor]], matches: Sequence[Match], index: MatchIndex,
@@ -178,6 +187,11 @@ def cardinality_error(logits: Tensor, targets: Sequence[dict[str, Tensor]]) -> T
     predicted = (logits.argmax(-1) != logits.shape[-1] - 1).sum(1).float()  # (batch,)
     expected = torch.tensor([float(len(t["labels"])) for t in targets], device=logits.device)
     return F.l1_loss(predicted, expected)
+
+
+def _stack(tensors: Sequence[Tensor]) -> Tensor:
+    """Sets of predictions (batch, queries, ...) as one batch (sets * batch, queries, ...), set after set."""
+    return torch.cat(list(tensors)) if len(tensors) > 1 else tensors[0]
 
 
 def _flat_indices(matches: Sequence[Match]) -> tuple[Tensor, Tensor]:

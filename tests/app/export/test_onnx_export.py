@@ -104,17 +104,15 @@ def test_export_refuses_what_is_not_a_run(tmp_path):
 
 def test_fast_detector_exports_and_matches_pytorch_on_a_padded_batch(tmp_path):
     """`fast` (deformable attention, two-stage, kept geometry) through ONNX Runtime, padding included."""
-    from dataclasses import replace
-
     import onnxruntime
 
     from attnkit.detection.architectures import build_model
-    from attnkit.detection.config import DetectionConfig, preset
+    from attnkit.detection.config import DetectionConfig, preset, with_arch
     from attnkit.app.export.detector_graph import DetectorGraph
     from attnkit.storage import RunFolder, save_weights
 
     model_config, train_config = preset("tiny")
-    config = DetectionConfig(model=replace(model_config, arch="fast", num_classes=2), train=train_config,
+    config = DetectionConfig(model=with_arch(model_config, "fast", num_classes=2, last_stage=4), train=train_config,
                              preset="tiny", data="explicit", class_names=("disc", "square"), category_ids=(1, 2))
     run = RunFolder.create(tmp_path / "fast", "detection", config.to_dict())
     torch.manual_seed(0)

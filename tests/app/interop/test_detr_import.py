@@ -32,8 +32,8 @@ def assert_same_detections(model, hf_model, atol=1e-4) -> None:
     with torch.no_grad():
         ours = model(images, mask)
         theirs = hf_model(pixel_values=images, pixel_mask=(~mask).long())
-    assert_close(ours["pred_logits"], theirs.logits, atol=atol, rtol=0)
-    assert_close(ours["pred_boxes"], theirs.pred_boxes, atol=atol, rtol=0)
+    assert_close(ours.logits, theirs.logits, atol=atol, rtol=0)
+    assert_close(ours.boxes, theirs.pred_boxes, atol=atol, rtol=0)
 
 
 def test_hugging_face_folder_imports_with_the_same_logits_and_boxes(tmp_path):

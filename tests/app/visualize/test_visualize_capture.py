@@ -12,6 +12,7 @@ from torch.testing import assert_close
 from attnkit.baselines.bahdanau_rnn import BahdanauRNN, BahdanauRNNConfig, alignment
 from attnkit.detection.config import DetrConfig
 from attnkit.detection.detr import build_detr
+from attnkit.detection.output import DetectionOutput
 from attnkit.errors import UserError
 from attnkit.nn import MultiHeadAttention, causal_mask, reference_attention
 from attnkit.translation.model import Seq2SeqConfig, Seq2SeqTransformer
@@ -169,8 +170,8 @@ def test_detection_weights_fold_to_the_feature_map_and_ignore_padding():
     for layer in weights.encoder:
         assert_close(layer.sum(-1), torch.ones(2, 2, 12))
         assert torch.equal(layer[1][..., padded], torch.zeros(2, 12, int(padded.sum())))
-    assert_close(weights.outputs["pred_logits"], plain["pred_logits"])
-    assert_close(weights.outputs["pred_boxes"], plain["pred_boxes"])
+    assert_close(weights.outputs.logits, plain.logits)
+    assert_close(weights.outputs.boxes, plain.boxes)
 
 
 def test_detection_cross_attention_equals_the_reference_formula():
@@ -190,7 +191,7 @@ def test_detection_cross_attention_equals_the_reference_formula():
 def test_a_detector_without_dense_attention_is_named():
     class Boxes(torch.nn.Module):  # a detector with no attention module at all
         def forward(self, images, mask):
-            return {"pred_logits": torch.zeros(1, 2, 3), "pred_boxes": torch.zeros(1, 2, 4)}
+            return DetectionOutput(torch.zeros(1, 2, 3), torch.zeros(1, 2, 4))
 
     with pytest.raises(UserError, match="Boxes has no dense attention"):
         capture_detection(Boxes(), torch.zeros(1, 3, 32, 32), torch.zeros(1, 32, 32, dtype=torch.bool))

@@ -1,19 +1,15 @@
-from dataclasses import replace
-
 import torch
 from torchvision.ops import box_convert
 
 from attnkit.detection.architectures import build_criterion, build_model
-from attnkit.detection.config import DetectionConfig, preset
-from attnkit.detection.hungarian_matcher import MatchCost
-from attnkit.detection.set_criterion import LossWeights
-from attnkit.detection.variants.denoising_queries import (DenoisingGenerator, denoising_attention_mask,
-                                                          noised_boxes)
+from attnkit.detection.config import DetectionConfig, DetectionTrainConfig, preset, with_arch
+from attnkit.detection.variants.denoising_queries import DenoisingGenerator, denoising_attention_mask, noised_boxes
 from attnkit.detection.variants.query_groups import group_attention_mask
 
 
 def _tiny(**fields):
-    return replace(preset("tiny")[0], arch="fast", num_classes=3, dec_layers=2, **{"denoising_groups": 3, **fields})
+    return with_arch(preset("tiny")[0], "fast", num_classes=3, dec_layers=2,
+                     **{"last_stage": 4, "denoising_groups": 3, **fields})
 
 
 def _inputs():
@@ -67,15 +63,16 @@ def test_attention_mask_keeps_groups_apart_and_hides_them_from_the_matching_quer
 def test_denoising_trains_and_leaves_the_matching_queries_and_inference_unchanged():
     torch.manual_seed(0)
     config = _tiny(query_groups=2)
-    model, criterion = build_model(config), build_criterion(config, MatchCost(), LossWeights())
+    model, criterion = build_model(config), build_criterion(config, DetectionTrainConfig())
     images, mask, targets = _inputs()
     with_dn = model(images, mask, targets)
     without = model(images, mask)
-    assert with_dn["dn_outputs"]["pred_boxes"].shape == (3, 3 * 4, 4)  # 3 groups of 2 * 2 queries
-    assert "dn_outputs" not in without
-    for key in ("pred_boxes", "class_logits"):  # the matching queries cannot see the denoising ones
-        torch.testing.assert_close(with_dn[key], without[key])
-        torch.testing.assert_close(with_dn["group_outputs"][0][key], without["group_outputs"][0][key])
+    assert len(with_dn.denoising.layers) == 2 and len(with_dn.denoising.matches) == 3
+    assert with_dn.denoising.layers[-1].boxes.shape == (3, 3 * 4, 4)  # 3 groups of 2 * 2 queries
+    assert without.denoising is None
+    for key in ("boxes", "class_logits"):  # the matching queries cannot see the denoising ones
+        torch.testing.assert_close(getattr(with_dn, key), getattr(without, key))
+        torch.testing.assert_close(getattr(with_dn.groups[0], key), getattr(without.groups[0], key))
     losses = criterion(with_dn, targets)
     assert {"loss_ce_dn", "loss_bbox_dn", "loss_giou_dn"} <= set(losses)
     assert losses["loss"] > criterion(without, targets)["loss"]
@@ -83,23 +80,23 @@ def test_denoising_trains_and_leaves_the_matching_queries_and_inference_unchange
     assert model.denoising.label_embed.weight.grad.abs().sum() > 0
     model.eval()
     evaluated = model(images, mask, targets)
-    assert "dn_outputs" not in evaluated
-    torch.testing.assert_close(evaluated["pred_boxes"], model(images, mask)["pred_boxes"])
+    assert evaluated.denoising is None
+    torch.testing.assert_close(evaluated.boxes, model(images, mask).boxes)
 
 
 def test_positive_queries_at_the_true_boxes_are_rebuilt_exactly_by_the_first_layer():
     """With zero box corrections (the heads' start), a positive's first-layer box is its noised reference;
     with no noise at all it is the true box, and the box losses of that layer are zero."""
     torch.manual_seed(0)
-    config = _tiny(query_groups=1, two_stage=False)
-    model, criterion = build_model(config), build_criterion(config, MatchCost(), LossWeights())
-    model.denoising.box_noise = 0.0
+    config = _tiny(query_groups=1, two_stage=False, denoising_box_noise=0.0)
+    model, criterion = build_model(config), build_criterion(config, DetectionTrainConfig())
+    assert model.denoising.box_noise == 0.0 and model.denoising.label_noise == config.denoising_label_noise
     images, mask, targets = _inputs()
-    dn = model(images, mask, targets)["dn_outputs"]
-    first = dn["aux_outputs"][0]["pred_boxes"]
+    dn = model(images, mask, targets).denoising
+    first = dn.layers[0].boxes
     torch.testing.assert_close(first[0, [0, 1]], targets[0]["boxes"], atol=1e-4, rtol=0)
-    losses = criterion.set_criterion.layer_losses(dn["aux_outputs"][0], targets, 3.0, dn["matches"])
-    assert losses["loss_bbox"] < 1e-3 and losses["loss_giou"] < 1e-3
+    terms = criterion.criterion.assigned_terms([dn.layers[0]], targets, dn.matches, 3.0)  # each (1,)
+    assert terms["loss_bbox"] < 1e-3 and terms["loss_giou"] < 1e-3
 
 
 def test_older_run_configs_load_without_denoising_and_with_the_encoder_they_had():

@@ -5,10 +5,8 @@ import torch
 import torchvision
 
 from attnkit.detection.architectures import build_criterion, build_model
-from attnkit.detection.config import DetectionConfig, DetrConfig, preset
-from attnkit.detection.hungarian_matcher import MatchCost
+from attnkit.detection.config import DetectionConfig, DetectionTrainConfig, FastDetrConfig, preset, with_arch
 from attnkit.detection.postprocess import pairs, postprocess
-from attnkit.detection.set_criterion import LossWeights
 from attnkit.detection.variants.focal_loss import sigmoid_focal_loss, softmax_form
 from attnkit.detection.variants.multi_scale_features import level_geometry
 from attnkit.detection.variants.query_groups import group_attention_mask
@@ -23,8 +21,9 @@ OPTIONS = [{}, dict(feature_levels=1), dict(deformable_attention=False, encoder_
            dict(feature_levels=4), ALL_OFF]
 
 
-def _tiny(**fields) -> DetrConfig:
-    return replace(preset("tiny")[0], arch="fast", num_classes=3, dec_layers=2, **fields)
+def _tiny(**fields) -> FastDetrConfig:
+    """The tiny preset's sizes as `fast`, the ResNet stopping after C4 as in the small preset."""
+    return with_arch(preset("tiny")[0], "fast", num_classes=3, dec_layers=2, **{"last_stage": 4, **fields})
 
 
 def _inputs():
@@ -54,12 +53,12 @@ def _detr_name(name: str) -> str:
 def test_every_option_gives_the_shared_output_and_gradients(options):
     torch.manual_seed(0)
     config = _tiny(**options)
-    model, criterion = build_model(config), build_criterion(config, MatchCost(), LossWeights())
+    model, criterion = build_model(config), build_criterion(config, DetectionTrainConfig())
     images, mask, targets = _inputs()
     outputs = model(images, mask, targets)
-    assert outputs["pred_logits"].shape == (2, 10, 4) and outputs["pred_boxes"].shape == (2, 10, 4)
-    assert len(outputs["aux_outputs"]) == 1
-    assert len(outputs.get("group_outputs", [])) == config.query_groups - 1
+    assert outputs.logits.shape == (2, 10, 4) and outputs.boxes.shape == (2, 10, 4)
+    assert len(outputs.aux) == 1 and len(outputs.groups) == config.query_groups - 1
+    assert (outputs.class_logits is not None) == config.focal_loss
     criterion(outputs, targets)["loss"].backward()
     missing = [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None]
     assert not missing
@@ -68,7 +67,7 @@ def test_every_option_gives_the_shared_output_and_gradients(options):
 def test_with_every_technique_off_fast_computes_detr():
     torch.manual_seed(0)
     fast = build_model(_tiny(**ALL_OFF))
-    detr = build_model(replace(_tiny(), arch="detr"))
+    detr = build_model(with_arch(_tiny(), "detr"))
     detr_state = detr.state_dict()
     mapped = {_detr_name(name): tensor for name, tensor in fast.state_dict().items()}
     assert sorted(mapped) == sorted(detr_state)
@@ -77,9 +76,9 @@ def test_with_every_technique_off_fast_computes_detr():
     for mode in (True, False):
         fast.train(mode), detr.train(mode)
         ours, theirs = fast(images, mask), detr(images, mask)
-        torch.testing.assert_close(ours["pred_logits"], theirs["pred_logits"])
-        torch.testing.assert_close(ours["pred_boxes"], theirs["pred_boxes"])
-        torch.testing.assert_close(ours["aux_outputs"][0]["pred_boxes"], theirs["aux_outputs"][0]["pred_boxes"])
+        torch.testing.assert_close(ours.logits, theirs.logits)
+        torch.testing.assert_close(ours.boxes, theirs.boxes)
+        torch.testing.assert_close(ours.aux[0].boxes, theirs.aux[0].boxes)
 
 
 def test_query_groups_train_apart_and_are_inactive_at_inference():
@@ -91,17 +90,17 @@ def test_query_groups_train_apart_and_are_inactive_at_inference():
     with torch.no_grad():
         model.decoder.queries.anchors[10:] += 0.5  # move groups 2 and 3 only
     after = model(images, mask)
-    torch.testing.assert_close(after["pred_boxes"], before["pred_boxes"])  # group 1 does not see the others
-    assert not torch.allclose(after["group_outputs"][0]["pred_boxes"], before["group_outputs"][0]["pred_boxes"])
+    torch.testing.assert_close(after.boxes, before.boxes)  # group 1 does not see the others
+    assert not torch.allclose(after.groups[0].boxes, before.groups[0].boxes)
     model.eval()
     evaluated = model(images, mask)
-    assert "group_outputs" not in evaluated and evaluated["pred_boxes"].shape == (2, 10, 4)
+    assert not evaluated.groups and evaluated.boxes.shape == (2, 10, 4)
     single = build_model(_tiny(query_groups=1, two_stage=False)).eval()
     state = model.state_dict()
     state["decoder.queries.anchors"] = state["decoder.queries.anchors"][:10]
     single.load_state_dict(state)
-    torch.testing.assert_close(single(images, mask)["pred_boxes"], evaluated["pred_boxes"])
-    torch.testing.assert_close(single(images, mask)["pred_logits"], evaluated["pred_logits"])
+    torch.testing.assert_close(single(images, mask).boxes, evaluated.boxes)
+    torch.testing.assert_close(single(images, mask).logits, evaluated.logits)
 
 
 def test_group_attention_mask_is_block_diagonal():
@@ -137,14 +136,14 @@ def test_box_refinement_starts_from_the_anchors_and_adds_corrections():
     images, mask, _ = _inputs()
     anchors = model.decoder.queries.anchors.sigmoid()
     outputs = model(images, mask)  # the correction heads start at zero: every layer returns the anchors
-    torch.testing.assert_close(outputs["aux_outputs"][0]["pred_boxes"], anchors.expand(2, -1, -1))
-    torch.testing.assert_close(outputs["pred_boxes"], anchors.expand(2, -1, -1))
+    torch.testing.assert_close(outputs.aux[0].boxes, anchors.expand(2, -1, -1))
+    torch.testing.assert_close(outputs.boxes, anchors.expand(2, -1, -1))
     with torch.no_grad():
         model.decoder.queries.bbox_embed[0].layers[-1].bias.fill_(0.5)  # layer 1 moves every box by +0.5 logit
     outputs = model(images, mask)
     shifted = torch.sigmoid(torch.logit(anchors) + 0.5).expand(2, -1, -1)
-    torch.testing.assert_close(outputs["aux_outputs"][0]["pred_boxes"], shifted)
-    torch.testing.assert_close(outputs["pred_boxes"], shifted)  # layer 2 refines layer 1's boxes (zero change)
+    torch.testing.assert_close(outputs.aux[0].boxes, shifted)
+    torch.testing.assert_close(outputs.boxes, shifted)  # layer 2 refines layer 1's boxes (zero change)
 
 
 def test_focal_loss_equals_torchvision():
@@ -174,46 +173,50 @@ def test_evaluation_pairs_keep_the_best_query_class_pairs_with_their_query_box()
 
 def test_config_refuses_impossible_technique_settings():
     with pytest.raises(ConfigError, match="feature_levels"):
-        DetrConfig(feature_levels=5)
+        FastDetrConfig(feature_levels=5)
     with pytest.raises(ConfigError, match="last_stage"):
-        DetrConfig(last_stage=3)
+        FastDetrConfig(last_stage=3)
     with pytest.raises(ConfigError, match="dilation"):
-        DetrConfig(arch="fast", dilation=True, last_stage=4)
+        FastDetrConfig(dilation=True, last_stage=4)
     with pytest.raises(ConfigError, match="query_groups"):
-        DetrConfig(query_groups=0)
+        FastDetrConfig(query_groups=0)
     with pytest.raises(ConfigError, match="two_stage"):
-        DetrConfig(arch="fast", box_refinement=False)
+        FastDetrConfig(box_refinement=False)
     with pytest.raises(ConfigError, match="denoising"):
-        DetrConfig(arch="fast", box_refinement=False, two_stage=False, denoising_groups=2)
+        FastDetrConfig(box_refinement=False, two_stage=False, denoising_groups=2)
     with pytest.raises(ConfigError, match="encoder_levels below feature_levels"):
-        DetrConfig(arch="fast", deformable_attention=False)
+        FastDetrConfig(deformable_attention=False)
     with pytest.raises(ConfigError, match="encoder_levels must be at least 1"):
-        DetrConfig(arch="fast", encoder_levels=0)
+        FastDetrConfig(encoder_levels=0)
     with pytest.raises(ConfigError, match="denoising_groups"):
-        DetrConfig(denoising_groups=-1)
+        FastDetrConfig(denoising_groups=-1)
+    with pytest.raises(ConfigError, match="denoising_label_noise"):
+        FastDetrConfig(denoising_label_noise=1.5)
+    with pytest.raises(ConfigError, match="dropout"):  # DETR's checks too
+        FastDetrConfig(dropout=1.0)
 
 
 def test_two_stage_starts_every_group_from_the_best_proposals_and_trains_them():
     torch.manual_seed(0)
     config = _tiny(query_groups=2)
-    model, criterion = build_model(config), build_criterion(config, MatchCost(), LossWeights())
+    model, criterion = build_model(config), build_criterion(config, DetectionTrainConfig())
     images, mask, targets = _inputs()
     outputs = model(images, mask)
     keys = sum(h * w for h, w in ((8, 10), (4, 5), (2, 3)))  # strides 8, 16, 32 of 64 x 80
-    assert outputs["enc_outputs"]["class_logits"].shape == (2, keys, 3)
+    assert outputs.proposals.class_logits.shape == (2, keys, 3) and outputs.proposals.boxes.shape == (2, keys, 4)
     memory, levels = _memory(model, images, mask)
     logits, boxes, score, best = model.proposals(memory, levels, 10)
     assert (score[1] < 0).sum() > 0  # the padded part of the second image proposes nothing
     torch.testing.assert_close(best, boxes.gather(1, score.topk(10, dim=1).indices[..., None].expand(-1, -1, 4)))
     # the correction heads start at zero: the first decoder layer returns its references, the proposals
-    torch.testing.assert_close(outputs["aux_outputs"][0]["pred_boxes"], best)
-    torch.testing.assert_close(outputs["group_outputs"][0]["aux_outputs"][0]["pred_boxes"], best)
+    torch.testing.assert_close(outputs.aux[0].boxes, best)
+    torch.testing.assert_close(outputs.groups[0].aux[0].boxes, best)
     losses = criterion(outputs, targets)
     assert {"loss_ce_enc", "loss_bbox_enc", "loss_giou_enc"} <= set(losses)
     losses["loss"].backward()
     assert model.proposals.class_embed.weight.grad.abs().sum() > 0
     model.eval()
-    assert "enc_outputs" not in model(images, mask)  # inference: one set, the decoder's
+    assert model(images, mask).proposals is None  # inference: one set, the decoder's
     with torch.no_grad():
         model.proposals.bbox_embed.layers[-1].weight.normal_()  # every token's box now depends on its state
     _, no_boxes, _, chosen = model.proposals(memory, levels, 10)  # inference computes the chosen boxes only
@@ -239,7 +242,7 @@ def test_a_backbone_stopping_after_c4_makes_the_stride_32_level_by_a_convolution
         assert levels.shapes == ((9, 13), (5, 7), (3, 4))  # strides 8, 16, 32 (the last: ceil of half of C4)
         made = model.input_proj.proj[2](body(images)["1"])  # a 3x3 stride-2 convolution and GroupNorm of C4
         torch.testing.assert_close(levels.src[:, -12:], made.flatten(2).transpose(1, 2))
-    assert model(images, mask)["pred_boxes"].shape == (2, 10, 4)
+    assert model(images, mask).boxes.shape == (2, 10, 4)
     d = model.input_proj.proj[0][0].out_channels
     for last_stage, read in ((5, [128, 256, 512, 512]), (4, [128, 256, 256, d])):  # a fourth level: from the third
         four = build_model(_tiny(feature_levels=4, last_stage=last_stage))
@@ -270,17 +273,17 @@ def test_an_unpadded_batch_geometry_is_kept_per_size_and_changes_nothing():
         computed = fresh(small, unpadded[64])
     assert len(model.backbone._kept) == 2
     for out in (again, computed):
-        torch.testing.assert_close(out["pred_boxes"], first["pred_boxes"])
-        torch.testing.assert_close(out["pred_logits"], first["pred_logits"])
+        torch.testing.assert_close(out.boxes, first.boxes)
+        torch.testing.assert_close(out.logits, first.logits)
     _, padded, targets = _inputs()
     with torch.inference_mode():
         with_padding = model(small, padded)  # padding: computed, not kept, not read from the unpadded one
         fresh.backbone._kept.clear()
-        torch.testing.assert_close(with_padding["pred_boxes"], fresh(small, padded)["pred_boxes"])
+        torch.testing.assert_close(with_padding.boxes, fresh(small, padded).boxes)
     assert len(model.backbone._kept) == 2
-    assert not torch.allclose(with_padding["pred_boxes"], first["pred_boxes"])
+    assert not torch.allclose(with_padding.boxes, first.boxes)
     model.train()  # after evaluation under inference mode, training still backpropagates, twice
-    criterion = build_criterion(_tiny(), MatchCost(), LossWeights())
+    criterion = build_criterion(_tiny(), DetectionTrainConfig())
     for _ in range(2):
         criterion(model(small, unpadded[64], targets), targets)["loss"].backward()
     assert len(model.backbone._kept) == 3  # the same size outside inference mode is kept apart
@@ -302,5 +305,5 @@ def test_an_unpadded_batch_skips_the_masks_and_ratios_and_detects_the_same(monke
                                                                                             model.backbone[1]))
         masked = model(images, unpadded)
     assert model.input_proj(model.backbone(images, unpadded)).key_padding is not None
-    torch.testing.assert_close(skipped["pred_boxes"], masked["pred_boxes"])
-    torch.testing.assert_close(skipped["pred_logits"], masked["pred_logits"])
+    torch.testing.assert_close(skipped.boxes, masked.boxes)
+    torch.testing.assert_close(skipped.logits, masked.logits)

@@ -1,7 +1,10 @@
 import torch
 
-from attnkit.detection.variants.deformable_transformer import (DeformableEncoder, DeformableEncoderLayer,
-                                                               encoder_reference_points)
+from attnkit.detection.variants.deformable_transformer import (
+    DeformableEncoder,
+    DeformableEncoderLayer,
+    encoder_reference_points,
+)
 from attnkit.detection.variants.lite_encoder import LiteEncoder
 from attnkit.detection.variants.multi_scale_features import FlatLevels, LevelGeometry
 

@@ -3,9 +3,12 @@ import math
 import torch
 from torch.testing import assert_close
 
-from attnkit.detection.variants.multi_scale_deformable_attention import (MultiScaleDeformableAttention,
-                                                                         deformable_sampling, sampling_locations,
-                                                                         short_softmax)
+from attnkit.detection.variants.multi_scale_deformable_attention import (
+    MultiScaleDeformableAttention,
+    deformable_sampling,
+    sampling_locations,
+    short_softmax,
+)
 
 
 def _bilinear(value_map, x, y):

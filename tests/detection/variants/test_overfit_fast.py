@@ -3,10 +3,10 @@ from dataclasses import replace
 
 import torch
 
-from attnkit.detection.config import DetectionConfig, preset
+from attnkit.app.detection.recipe import DetectionTask
+from attnkit.detection.config import DetectionConfig, preset, with_arch
 from attnkit.detection.data import CocoDetection, resolve_coco
 from attnkit.detection.shapes import ShapesConfig, write_shapes
-from attnkit.app.detection.recipe import DetectionTask
 from attnkit.detection.transforms import eval_transforms
 
 
@@ -17,7 +17,7 @@ def test_tiny_fast_detector_fits_a_few_shapes_images(tmp_path):
     random.seed(0)
     root = write_shapes(tmp_path, ShapesConfig(image_size=48, train_images=2, val_images=1, max_objects=2))
     model, train = preset("tiny")
-    config = DetectionConfig(replace(model, arch="fast", num_classes=5),
+    config = DetectionConfig(with_arch(model, "fast", num_classes=5, last_stage=4),
                              replace(train, lr=2e-3, lr_backbone=2e-3, batch_size=2, train_scales=(48,), val_size=48,
                                      max_size=96, flip=False))
     dataset = CocoDetection(*resolve_coco(root, "train"), eval_transforms(48, 96))

@@ -25,12 +25,12 @@ class DetectorGraph(nn.Module):
         self.model = model
 
     def forward(self, images: Tensor, mask: Tensor, image_sizes: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        outputs = self.model(images, mask)
-        prob = outputs["pred_logits"].softmax(-1)[..., :-1]  # (batch, queries, classes): "no object" dropped
+        outputs = self.model(images, mask)  # a DetectionOutput: the graph returns its tensors
+        prob = outputs.logits.softmax(-1)[..., :-1]  # (batch, queries, classes): "no object" dropped
         scores, labels = prob.max(-1)  # (batch, queries)
         height, width = image_sizes.to(prob.dtype).unbind(-1)
         scale = torch.stack([width, height, width, height], dim=-1)[:, None, :]  # (batch, 1, 4)
-        boxes = box_convert(outputs["pred_boxes"], "cxcywh", "xyxy") * scale  # (batch, queries, 4)
+        boxes = box_convert(outputs.boxes, "cxcywh", "xyxy") * scale  # (batch, queries, 4)
         return scores, labels, boxes
 
 

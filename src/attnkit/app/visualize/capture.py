@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from attnkit.detection.output import DetectionOutput
 from attnkit.errors import UserError
 from attnkit.nn import capture_attention
 
@@ -50,7 +51,7 @@ class TranslationWeights:
 class DetectionWeights:
     """A detector's attention for one batch of images; each list has one entry per layer."""
 
-    outputs: dict                  # the model's usual output: pred_logits, pred_boxes, aux_outputs
+    outputs: DetectionOutput       # the model's usual output: logits, boxes, aux
     feature_size: tuple[int, int]  # (height, width) of the feature map the Transformer reads
     encoder: list[Tensor]          # (batch, heads, cells, cells), cells = height * width, row-major
     decoder: list[Tensor]          # (batch, heads, queries, queries): object queries attending to each other

@@ -133,7 +133,7 @@ def detect_with_attention(detector, image: Image.Image, threshold: float = 0.7, 
     batch = detector.transform(pixels).unsqueeze(0).to(detector.device)  # (1, 3, H, W)
     mask = torch.zeros(1, *batch.shape[-2:], dtype=torch.bool, device=detector.device)
     weights = capture_detection(detector.model, batch, mask)
-    found = postprocess(weights.outputs["pred_logits"], weights.outputs["pred_boxes"],
+    found = postprocess(weights.outputs.logits, weights.outputs.boxes,
                         torch.tensor([pixels.shape[-2:]]))[0]
     queries = (found["scores"] >= threshold).nonzero().flatten()
     if len(queries) < at_least:

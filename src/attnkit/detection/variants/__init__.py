@@ -5,5 +5,5 @@
 refined layer by layer: Zhu et al. 2021, Liu et al. 2022), `query_selection` (two-stage: the
 decoder starts from the encoder's best proposals, Zhu et al. 2021, Zhang et al. 2023), `focal_loss` (sigmoid focal
 classification and matching cost), `query_groups` (one-to-many training: Group DETR, Chen et al.
-2023). Each is switched off by a field of `DetrConfig`; with all off `fast` computes DETR.
+2023). Each is switched off by a field of `FastDetrConfig`; with all off `fast` computes DETR.
 """

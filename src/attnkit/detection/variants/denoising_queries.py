@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from torchvision.ops import box_convert
 
 from attnkit.detection.hungarian_matcher import Match
+from attnkit.detection.output import SetPrediction
 from attnkit.detection.set_criterion import SetCriterion, global_box_count
 
 
@@ -110,24 +111,19 @@ def denoising_attention_mask(denoising: DenoisingQueries, matching_mask: Tensor 
     return mask
 
 
-class DenoisingCriterion(nn.Module):
-    """CRITERION's loss plus, for `outputs["dn_outputs"]`, SET_CRITERION's terms with the fixed assignment.
+@dataclass(frozen=True)
+class DenoisingOutput:
+    """The denoising queries' predictions in training: every decoder layer's, and the fixed assignment."""
+    layers: list[SetPrediction]  # decoder layers 1 .. L in order, each (batch, count, ...)
+    matches: list[Match]  # per image: which query reconstructs which object (the positives)
 
-    The denoising terms of every decoder layer are averaged over the positive queries (as the set
-    loss over the objects); the last layer's are returned with the suffix `_dn`.
-    """
 
-    def __init__(self, criterion: nn.Module, set_criterion: SetCriterion) -> None:
-        super().__init__()
-        self.criterion, self.set_criterion = criterion, set_criterion
-
-    def forward(self, outputs: dict, targets: Sequence[dict[str, Tensor]]) -> dict[str, Tensor]:
-        losses = self.criterion(outputs, targets)
-        if "dn_outputs" not in outputs:
-            return losses
-        dn = outputs["dn_outputs"]
-        device = dn["pred_boxes"].device
-        num_boxes = global_box_count(sum(len(m.queries) for m in dn["matches"]), device)
-        terms = self.set_criterion.set_terms([*dn["aux_outputs"], dn], targets, num_boxes, dn["matches"])  # (layers,)
-        total = self.set_criterion.weighted({k: v.sum() for k, v in terms.items()})
-        return {**losses, "loss": losses["loss"] + total, **{f"{k}_dn": v[-1].detach() for k, v in terms.items()}}
+def denoising_losses(criterion: SetCriterion, denoising: DenoisingOutput,
+                     targets: Sequence[dict[str, Tensor]]) -> tuple[dict[str, Tensor], Tensor]:
+    """CRITERION's terms of every layer of DENOISING under its fixed assignment, averaged over the positive
+    queries (as the set loss over the objects). Returns the last layer's terms, suffixed `_dn` (detached: logged),
+    and the weighted sum over the layers."""
+    device = denoising.layers[-1].boxes.device
+    num_boxes = global_box_count(sum(len(m.queries) for m in denoising.matches), device)
+    terms = criterion.assigned_terms(denoising.layers, targets, denoising.matches, num_boxes)  # each (layers,)
+    return {f"{k}_dn": v[-1].detach() for k, v in terms.items()}, criterion.weighted(terms)

@@ -12,40 +12,48 @@
     boxes_0  = the best encoder proposals, instead      query_selection (two-stage)
     training: + noised copies of the targets to rebuild  denoising_queries (DN-DETR / DINO)
 
-Each technique is one module, switched off by one `DetrConfig` field (`feature_levels=1`, `last_stage=5`,
+Each technique is one module, switched off by one `FastDetrConfig` field (`feature_levels=1`, `last_stage=5`,
 `deformable_attention`, `encoder_levels=3`, `box_refinement`, `focal_loss`, `query_groups=1`, `two_stage`,
-`denoising_groups=0`); with all of them off
-this model computes DETR (`attnkit.detection.detr`) exactly, from the same building blocks. Its
-output is the shared one (`pred_logits` in DETR's classes + 1 form, `pred_boxes`,
-`aux_outputs`), plus `class_logits` (sigmoid form) with the focal loss, and in training
-`group_outputs` with several groups, `enc_outputs` (the proposals) with two-stage and
-`dn_outputs` (with their fixed `matches`) with denoising, so the
-matcher, post-processing, evaluation and CLI serve it as is.
+`denoising_groups=0`); with all of them off this model computes DETR (`attnkit.detection.detr`)
+exactly, from the same building blocks. Its output is the shared `DetectionOutput` (`logits` in
+DETR's classes + 1 form, `boxes`, `aux`; `class_logits`, the sigmoid form, with the focal loss),
+so the matcher, post-processing, evaluation and CLI serve it as is; in training a `FastDetrOutput`
+adds the other query groups, the proposals (two-stage) and the denoising queries, which its
+criterion (`FastCriterion`) scores.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
 from attnkit.detection.backbone import Backbone
-from attnkit.detection.config import DetrConfig
+from attnkit.detection.config import DetectionTrainConfig, FastDetrConfig
 from attnkit.detection.detr import detr_transformer
-from attnkit.detection.hungarian_matcher import MatchCost
-from attnkit.detection.set_criterion import LossWeights, SetCriterion
+from attnkit.detection.output import DetectionOutput, SetPrediction
+from attnkit.detection.set_criterion import SetCriterion, build_set_criterion, global_box_count
 from attnkit.detection.variants.box_refinement import AnchorBoxQueries, LearnedQueries
-from attnkit.detection.variants.deformable_transformer import (DeformableDecoderLayer, DeformableEncoder,
-                                                               DeformableEncoderLayer)
-from attnkit.detection.variants.denoising_queries import (DenoisingCriterion, DenoisingGenerator, DenoisingQueries,
-                                                          denoising_attention_mask)
-from attnkit.detection.variants.focal_loss import PRIOR_BIAS, FocalSetCriterion, softmax_form
+from attnkit.detection.variants.deformable_transformer import (
+    DeformableDecoderLayer,
+    DeformableEncoder,
+    DeformableEncoderLayer,
+)
+from attnkit.detection.variants.denoising_queries import (
+    DenoisingGenerator,
+    DenoisingOutput,
+    DenoisingQueries,
+    denoising_attention_mask,
+    denoising_losses,
+)
+from attnkit.detection.variants.focal_loss import PRIOR_BIAS, build_focal_criterion, softmax_form
 from attnkit.detection.variants.lite_encoder import LiteEncoder
 from attnkit.detection.variants.multi_scale_features import FlatLevels, LevelProjection, MultiScaleJoiner
-from attnkit.detection.variants.query_groups import GroupCriterion, group_attention_mask, split_groups
-from attnkit.detection.variants.query_selection import EncoderProposals
+from attnkit.detection.variants.query_groups import group_attention_mask, group_losses, split_groups
+from attnkit.detection.variants.query_selection import EncoderProposals, proposal_losses
 from attnkit.nn import PositionEmbeddingSine2D, TransformerDecoderLayer, TransformerEncoder
 
 
@@ -122,6 +130,14 @@ def level_reference(reference: Tensor | None, levels: FlatLevels) -> Tensor | No
     return reference[:, :, None] * ratios[:, None]
 
 
+@dataclass(frozen=True)
+class FastDetrOutput(DetectionOutput):
+    """The first query group's output (the detections), and in training what the techniques train besides."""
+    groups: list[DetectionOutput] = field(default_factory=list)  # query groups 2 .. G, in training
+    proposals: SetPrediction | None = None  # two-stage, in training: every encoder token's, (batch, keys, ...)
+    denoising: DenoisingOutput | None = None  # denoising queries, in training with targets
+
+
 class FastDETR(nn.Module):
     """Backbone levels, encoder, query decoder, class head; groups of queries in training only."""
 
@@ -137,7 +153,8 @@ class FastDETR(nn.Module):
         if focal:
             nn.init.constant_(self.class_embed.bias, PRIOR_BIAS)
 
-    def forward(self, images: Tensor, mask: Tensor, targets: Sequence[dict[str, Tensor]] | None = None) -> dict:
+    def forward(self, images: Tensor, mask: Tensor,
+                targets: Sequence[dict[str, Tensor]] | None = None) -> FastDetrOutput:
         """images (batch, 3, H, W), mask (batch, H, W) True on padding -> the shared detector output.
         targets (per image "labels", "boxes"): read in training by the denoising queries only."""
         levels = self.input_proj(self.backbone(images, mask))
@@ -157,32 +174,48 @@ class FastDETR(nn.Module):
         hidden, boxes = self.decoder(memory, levels, groups * self.num_queries, self_mask, reference, denoising,
                                      apart)
         logits = self.class_embed(hidden)  # (layers, batch, [denoising +] groups * queries, classes [+ 1])
-        per_layer = [self._layer_output(l, b) for l, b in zip(logits, boxes)]
+        layers = [self._prediction(*layer) for layer in zip(logits, boxes)]  # per decoder layer
+        denoised = None
         if denoising is not None:
-            dn_layers = [{k: v[:, :denoising.count] for k, v in layer.items()} for layer in per_layer]
-            per_layer = [{k: v[:, denoising.count:] for k, v in layer.items()} for layer in per_layer]
-        first, *others = split_groups(per_layer, groups)
-        output = set_output(first, self.aux_loss)
-        if others:
-            output["group_outputs"] = [set_output(group, self.aux_loss) for group in others]
-        if self.proposals is not None and self.training:
-            output["enc_outputs"] = self._layer_output(enc_logits, enc_boxes)
-        if denoising is not None:
-            output["dn_outputs"] = {**set_output(dn_layers, aux=True), "matches": denoising.matches}
-        return output
+            denoised = DenoisingOutput([layer.queries(0, denoising.count) for layer in layers], denoising.matches)
+            layers = [layer.queries(denoising.count) for layer in layers]
+        first, *others = split_groups(layers, groups)
+        proposals = self._prediction(enc_logits, enc_boxes) if self.proposals is not None and self.training else None
+        return FastDetrOutput.from_layers(first, self.aux_loss, denoising=denoised, proposals=proposals,
+                                          groups=[DetectionOutput.from_layers(g, self.aux_loss) for g in others])
 
-    def _layer_output(self, logits: Tensor, boxes: Tensor) -> dict[str, Tensor]:
+    def _prediction(self, logits: Tensor, boxes: Tensor) -> SetPrediction:
+        """One layer's (or the proposals') predictions from the class head's logits and the boxes."""
         if not self.focal:
-            return {"pred_logits": logits, "pred_boxes": boxes}
-        return {"pred_logits": softmax_form(logits), "pred_boxes": boxes, "class_logits": logits}
+            return SetPrediction(logits, boxes)
+        return SetPrediction(softmax_form(logits), boxes, logits)
 
 
-def set_output(per_layer: list[dict[str, Tensor]], aux: bool) -> dict:
-    """The last layer's predictions, the earlier layers' as `aux_outputs` (when AUX)."""
-    return {**per_layer[-1], "aux_outputs": per_layer[:-1] if aux else []}
+class FastCriterion(nn.Module):
+    """`fast`'s loss: CRITERION (DETR's, or the focal one) on the query groups (their mean: Group DETR), the
+    proposals counted with the first group (two-stage: weighted 1 / G, as one group's part of the mean), and
+    the denoising queries' reconstruction added."""
+
+    def __init__(self, criterion: SetCriterion) -> None:
+        super().__init__()
+        self.criterion = criterion
+
+    def forward(self, output: FastDetrOutput, targets: Sequence[dict[str, Tensor]]) -> dict[str, Tensor]:
+        """The first group's terms by name (and the proposals' `_enc`, the denoising queries' `_dn`) and "loss"."""
+        num_boxes = global_box_count(sum(len(t["labels"]) for t in targets), output.boxes.device)
+        groups = [output, *output.groups]
+        losses, total = group_losses(self.criterion, groups, targets, num_boxes)
+        if output.proposals is not None:
+            named, proposals = proposal_losses(self.criterion, output.proposals, targets, num_boxes)
+            losses, total = {**losses, **named}, total + proposals
+        losses["loss"] = total / len(groups)
+        if output.denoising is not None:
+            named, denoising = denoising_losses(self.criterion, output.denoising, targets)
+            losses = {**losses, "loss": losses["loss"] + denoising, **named}
+        return losses
 
 
-def build_fast_detr(config: DetrConfig, backbone_weights: Path | None = None) -> FastDETR:
+def build_fast_detr(config: FastDetrConfig, backbone_weights: Path | None = None) -> FastDETR:
     """FastDETR from its config; the technique fields choose the modules."""
     d, levels = config.hidden_dim, config.feature_levels
     position = PositionEmbeddingSine2D(d // 2, normalize=True)
@@ -196,21 +229,20 @@ def build_fast_detr(config: DetrConfig, backbone_weights: Path | None = None) ->
         layers = [DeformableDecoderLayer(*sizes) for _ in range(config.dec_layers)]
     else:
         transformer = detr_transformer(config)
-        encoder, layers = DenseEncoder(transformer.encoder), [DenseDecoderLayer(l) for l in transformer.decoder.layers]
+        encoder = DenseEncoder(transformer.encoder)
+        layers = [DenseDecoderLayer(layer) for layer in transformer.decoder.layers]
     total = config.num_queries * config.query_groups
     queries = (AnchorBoxQueries(total, d, config.dec_layers, learned_anchors=not config.two_stage)
                if config.box_refinement else LearnedQueries(total, d, with_reference=config.deformable_attention))
     proposals = EncoderProposals(d, config.num_classes, config.focal_loss) if config.two_stage else None
-    denoising = (DenoisingGenerator(config.num_classes, d, config.denoising_groups)
-                 if config.denoising_groups else None)
+    denoising = (DenoisingGenerator(config.num_classes, d, config.denoising_groups, config.denoising_label_noise,
+                                    config.denoising_box_noise) if config.denoising_groups else None)
     return FastDETR(backbone, LevelProjection(backbone.num_channels, d, backbone.made_levels), encoder,
                     QueryDecoder(layers, nn.LayerNorm(d), queries), config.num_classes, config.num_queries,
                     config.query_groups, config.focal_loss, config.aux_loss, proposals, denoising)
 
 
-def build_fast_criterion(config: DetrConfig, cost: MatchCost, weights: LossWeights) -> nn.Module:
-    """The set criterion the config's techniques need: focal classification, averaged over query groups,
-    plus the denoising queries' reconstruction."""
-    criterion = (FocalSetCriterion if config.focal_loss else SetCriterion)(config.num_classes, cost, weights)
-    grouped = GroupCriterion(criterion) if config.query_groups > 1 else criterion
-    return DenoisingCriterion(grouped, criterion) if config.denoising_groups else grouped
+def build_fast_criterion(config: FastDetrConfig, train: DetectionTrainConfig) -> FastCriterion:
+    """The loss the config's techniques need, with the training config's weights: the focal set criterion or
+    DETR's, over the query groups, the proposals and the denoising queries that the model returns."""
+    return FastCriterion((build_focal_criterion if config.focal_loss else build_set_criterion)(config, train))

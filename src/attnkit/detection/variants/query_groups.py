@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
+from attnkit.detection.output import DetectionOutput, SetPrediction
 from attnkit.detection.set_criterion import SetCriterion
 
 
@@ -43,21 +44,18 @@ def unstack_groups(x: Tensor, groups: int) -> Tensor:
     return x if groups == 1 else x.unflatten(0, (-1, groups)).flatten(1, 2)
 
 
-def split_groups(per_layer: list[dict[str, Tensor]], groups: int) -> list[list[dict[str, Tensor]]]:
-    """Per-layer outputs over all groups' queries (batch, groups * queries, ...) -> per group, per layer."""
+def split_groups(layers: list[SetPrediction], groups: int) -> list[list[SetPrediction]]:
+    """Per-layer predictions of all groups' queries (batch, groups * queries, ...) -> per group, per layer."""
     if groups == 1:
-        return [per_layer]
-    return [[{key: value.chunk(groups, dim=1)[g] for key, value in layer.items()} for layer in per_layer]
-            for g in range(groups)]
+        return [layers]
+    size = layers[0].boxes.shape[1] // groups
+    return [[layer.queries(g * size, (g + 1) * size) for layer in layers] for g in range(groups)]
 
 
-class GroupCriterion(nn.Module):
-    """The mean over groups of CRITERION's loss: the first group's outputs, then each of `outputs["group_outputs"]`,
-    matched and scored as one batch (`SetCriterion.group_losses`). The first group's logged terms are kept."""
-
-    def __init__(self, criterion: SetCriterion) -> None:
-        super().__init__()
-        self.criterion = criterion
-
-    def forward(self, outputs: dict, targets: Sequence[dict[str, Tensor]]) -> dict[str, Tensor]:
-        return self.criterion.group_losses([outputs, *outputs.get("group_outputs", [])], targets)
+def group_losses(criterion: SetCriterion, groups: Sequence[DetectionOutput], targets: Sequence[dict[str, Tensor]],
+                 num_boxes: float) -> tuple[dict[str, Tensor], Tensor]:
+    """CRITERION on GROUPS, the outputs of query groups predicting the same TARGETS: every group's layers are
+    matched and scored as one batch (`SetCriterion.set_terms`), each group one-to-one. Returns the first
+    group's terms by name and the sum over the groups of their weighted totals (the loss is its mean: / G)."""
+    terms = criterion.set_terms([layer for group in groups for layer in (group, *group.aux)], targets, num_boxes)
+    return criterion.named(terms, groups[0], targets), criterion.weighted(terms)

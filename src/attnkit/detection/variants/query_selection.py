@@ -8,17 +8,22 @@ proposals), corrected by a small head in inverse-sigmoid space, and class scores
 
 The proposals are a set prediction of their own, trained with the same matching and losses as
 the decoder's outputs (the "first stage"), so every pixel of the backbone gets a detection signal
-from the first step. The K highest-scoring proposals, detached, become the decoder's initial
-reference boxes ("mixed" query selection, DINO: the content queries stay learned). At inference
-the first stage only ranks boxes; the decoder's outputs are the detections, one set, no NMS.
+from the first step (`proposal_losses`). The K highest-scoring proposals, detached, become the
+decoder's initial reference boxes ("mixed" query selection, DINO: the content queries stay
+learned). At inference the first stage only ranks boxes; the decoder's outputs are the detections,
+one set, no NMS.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
 
 from attnkit.detection.detr import MLP
+from attnkit.detection.output import SetPrediction
+from attnkit.detection.set_criterion import SetCriterion
 from attnkit.detection.variants.box_refinement import inverse_sigmoid
 from attnkit.detection.variants.focal_loss import PRIOR_BIAS
 from attnkit.detection.variants.multi_scale_features import FlatLevels
@@ -92,3 +97,11 @@ def best_keys(score: Tensor, count: int) -> Tensor:
 def take(values: Tensor, index: Tensor) -> Tensor:
     """values (batch, keys, dim) at index (batch, count) -> (batch, count, dim)."""
     return values.gather(1, index[..., None].expand(-1, -1, values.shape[-1]))
+
+
+def proposal_losses(criterion: SetCriterion, proposals: SetPrediction, targets: Sequence[dict[str, Tensor]],
+                    num_boxes: float) -> tuple[dict[str, Tensor], Tensor]:
+    """The first stage's loss: CRITERION's terms of the PROPOSALS (every encoder token's, (batch, keys, ...)),
+    matched to TARGETS as one more set prediction; returns them by name, suffixed `_enc`, and their weighted sum."""
+    terms = criterion.set_terms([proposals], targets, num_boxes)  # each (1,)
+    return {f"{k}_enc": v[0] for k, v in terms.items()}, criterion.weighted(terms)
