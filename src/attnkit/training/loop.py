@@ -58,7 +58,11 @@ _REASONS: tuple[StopReason | None, ...] = (None, "steps", "minutes", "interrupte
 
 
 class Trainer:
-    """Trains `task` in `run` until `budget` is spent; see the module docstring for what it does."""
+    """Trains `task` in `run` until `budget` is spent; see the module docstring for what it does.
+
+    at_end: called on rank 0 with the run folder and the `FitResult` once training stops, whatever the
+    reason; the default draws RUN/curves.png (pass `plot_curves` along with callbacks of your own to keep it).
+    """
 
     def __init__(self, task: TrainingTask, run: RunFolder, budget: Budget,
                  config: LoopConfig = LoopConfig(),  # noqa: B008 - frozen
