@@ -22,6 +22,7 @@ import torch
 from attnkit import overrides
 from attnkit.baselines.bahdanau_rnn import BahdanauRNN, BahdanauRNNConfig, match_transformer
 from attnkit.errors import ConfigError
+from attnkit.translation.decoding import DecodingConfig
 from attnkit.translation.model import Seq2SeqConfig, Seq2SeqTransformer
 
 PRESET_NAMES = ("tiny", "small", "base")
@@ -53,6 +54,8 @@ class TranslationConfig:
     best_metric: Literal["chrf", "bleu", "exact_match", "loss"] = "chrf"
     beam_size: int = 4              # section 6.1: beam 4, alpha 0.6
     length_penalty: float = 0.6
+    # how translate ends, scores and constrains hypotheses (attnkit's rules; an import sets its model's)
+    decoding: DecodingConfig = field(default_factory=DecodingConfig)
     seed: int = 0
     source_lang: str | None = None
     target_lang: str | None = None
@@ -87,14 +90,16 @@ class TranslationConfig:
         """The inverse of `to_dict`; ConfigError naming any unknown key."""
         values = dict(values)
         model = values.pop("model", {})
+        decoding = values.pop("decoding", {})  # absent from run folders written before it existed
         _check_keys(values, cls, "")
         if values.get("arch", "transformer") not in ARCHITECTURES:
             raise ConfigError(f"unknown arch '{values['arch']}' (known: {', '.join(ARCHITECTURES)})")
         model_config = ARCHITECTURES[values.get("arch", "transformer")][0]
         _check_keys(model, model_config, "model.")
+        _check_keys(decoding, DecodingConfig, "decoding.")
         if "adam_betas" in values:
             values["adam_betas"] = tuple(values["adam_betas"])
-        return cls(**values, model=model_config(**model))
+        return cls(**values, model=model_config(**model), decoding=DecodingConfig(**decoding))
 
 
 def preset(name: str) -> TranslationConfig:

@@ -10,19 +10,66 @@ Transformer and an RNN encoder-decoder (Bahdanau et al. 2015) share them:
   * `decode_step(prefix, encoded, cache)` -> next-token logits (batch, vocab). With a cache the
     model reads only the last token of `prefix` and extends the cache, so a step costs one
     position; with `cache=None` it recomputes the whole prefix (the uncached reference).
+
+How a search scores, ends and constrains hypotheses besides its beam size and alpha is a
+`DecodingConfig`. Its defaults are attnkit's rules: GNMT's length penalty (Wu et al. 2016, Eq. 14),
+a sentence is over once `beam` hypotheses have ended or no live prefix can beat the best ended one,
+</s> forced at source length + 50. A model imported with its generation config carries the rules
+that make these searches give transformers' `generate` output (`attnkit import marian`):
+score log P(Y|X) / |Y|^alpha ("power"); the best `beam` ended hypotheses kept; `early_stopping`
+False / "never" ends a sentence when transformers' heuristic finds that the best live prefix,
+normalised at its current length / at the limit, cannot beat the worst kept one; hypotheses end at
+the limit with or without </s>; masks applied to the log-probabilities after the softmax, as
+transformers' logits processors are in beam search.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import torch
 from torch import Tensor
 
+from attnkit.errors import ConfigError
+from attnkit.translation.constraints import ban, ban_repeated_ngrams, force_eos_at_limit
 from attnkit.translation.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 EXTRA_LENGTH = 50  # max output length = source length + 50 (section 6.1)
+
+
+@dataclass(frozen=True)
+class DecodingConfig:
+    """A search's rules besides beam size and alpha; lengths count output tokens with </s>, without the start.
+
+    The defaults are attnkit's (section 6.1 with GNMT's penalty); transformers' names in brackets.
+    """
+
+    length_penalty_form: Literal["gnmt", "power"] = "gnmt"  # gnmt: ((5 + |Y|) / 6)^alpha; power: |Y|^alpha
+    early_stopping: bool | Literal["never"] = True  # True: over with `beam` ended; else the heuristics above
+    max_output_length: int | None = None  # None: source length + 50  [max_length - 1, max_new_tokens]
+    min_output_length: int = 0            # </s> is not proposed before this length  [min_length]
+    force_eos_at_limit: bool = True       # False: a hypothesis may end at the limit without </s>  [forced_eos_token_id]
+    banned_outputs: tuple[int, ...] = ()  # never proposed  [bad_words_ids of one token]
+    no_repeat_ngram_size: int = 0         # no n-gram twice, the start token included  [no_repeat_ngram_size]
+    renormalize: bool = False             # log-softmax again after the masks  [renormalize_logits]
+    start_token: int = BOS_ID             # the id the start token counts as in n-grams (a model's own start token)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "banned_outputs", tuple(int(i) for i in self.banned_outputs))
+        if self.length_penalty_form not in ("gnmt", "power"):
+            raise ConfigError(f"decoding.length_penalty_form must be gnmt or power, got '{self.length_penalty_form}'")
+        if self.early_stopping not in (True, False, "never"):
+            raise ConfigError(f"decoding.early_stopping must be true, false or never, got {self.early_stopping!r}")
+        if self.max_output_length is not None and self.max_output_length < 1:
+            raise ConfigError(f"decoding.max_output_length must be at least 1, got {self.max_output_length}")
+        if self.min_output_length < 0 or self.no_repeat_ngram_size < 0:
+            raise ConfigError("decoding.min_output_length and decoding.no_repeat_ngram_size must be at least 0")
+        if EOS_ID in self.banned_outputs:
+            raise ConfigError("decoding.banned_outputs may not hold </s> (2): no hypothesis could end")
+
+
+ATTNKIT_RULES = DecodingConfig()
 
 
 class EncodedSource(Protocol):
@@ -42,13 +89,14 @@ class EncoderDecoder(Protocol[Encoded]):
 
 @dataclass
 class Hypothesis:
-    tokens: list[int]  # output ids, without <s> and </s>
+    tokens: list[int]  # output ids, without <s> and </s> (as many as the limit when it ended there without </s>)
     score: float       # log-probability (including </s>) divided by the length penalty
 
 
-def length_penalty(length: int, alpha: float) -> float:
-    """lp(Y) = ((5 + |Y|) / 6)^alpha  (Wu et al. 2016, Eq. 14), |Y| counting </s>."""
-    return ((5.0 + length) / 6.0) ** alpha
+def length_penalty(length: int, alpha: float, form: str = "gnmt") -> float:
+    """gnmt: lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al. 2016, Eq. 14); power: |Y|^alpha (transformers'
+    length_penalty); |Y| counting </s>."""
+    return ((5.0 + length) / 6.0) ** alpha if form == "gnmt" else float(length) ** alpha
 
 
 def max_lengths(source: Tensor, extra: int = EXTRA_LENGTH) -> Tensor:
@@ -56,111 +104,151 @@ def max_lengths(source: Tensor, extra: int = EXTRA_LENGTH) -> Tensor:
     return (source != PAD_ID).sum(dim=1) + extra  # (batch,)
 
 
+def output_limits(source: Tensor, extra: int, rules: DecodingConfig) -> Tensor:
+    """Per sentence, the most output tokens (</s> included): RULES' fixed limit, or source length + extra."""
+    if rules.max_output_length is None:
+        return max_lengths(source, extra)
+    return torch.full((source.size(0),), rules.max_output_length, dtype=torch.long, device=source.device)
+
+
+def constrain(scores: Tensor, prefix: Tensor, step: int, limits: Tensor, rules: DecodingConfig) -> Tensor:
+    """SCORES (rows, vocab) of the token after PREFIX (rows, step + 1) with what RULES forbid masked, in the order
+    of transformers' logits processors: repeated n-grams, banned outputs, early </s>, </s> forced at the limit."""
+    if rules.no_repeat_ngram_size:
+        counted = prefix.clone()
+        counted[:, 0] = rules.start_token  # the start token as the model's own vocabulary has it
+        scores = ban_repeated_ngrams(scores, counted, rules.no_repeat_ngram_size)
+    if rules.banned_outputs:
+        scores = ban(scores, rules.banned_outputs)
+    if step + 1 < rules.min_output_length:
+        scores = ban(scores, (EOS_ID,))
+    return force_eos_at_limit(scores, step, limits) if rules.force_eos_at_limit else scores
+
+
 @torch.no_grad()
 def greedy_decode(model: EncoderDecoder[Any], source: Tensor, use_cache: bool = True,
-                  extra_length: int = EXTRA_LENGTH) -> list[list[int]]:
+                  extra_length: int = EXTRA_LENGTH, rules: DecodingConfig = ATTNKIT_RULES) -> list[list[int]]:
     """argmax at every step until </s> or the length limit; returns output ids per sentence."""
     encoded = model.encode(source, source == PAD_ID)
     cache = model.start_cache(encoded) if use_cache else None
-    limits = max_lengths(source, extra_length)  # (batch,)
-    shortest, longest = int(limits.min()), int(limits.max())
+    limits = output_limits(source, extra_length, rules)  # (batch,)
+    longest = int(limits.max())
     tokens = torch.full((source.size(0), longest + 1), PAD_ID, dtype=torch.long, device=source.device)
     tokens[:, 0] = BOS_ID  # (batch, 1 + longest): <s>, then the outputs, written in place
     finished = torch.zeros(source.size(0), dtype=torch.bool, device=source.device)
     for step in range(longest):
         logits = model.decode_step(tokens[:, :step + 1], encoded, cache)  # (batch, vocab)
-        if step + 1 >= shortest:
-            logits = _force_eos_at_limit(logits, step, limits)
+        logits = constrain(logits, tokens[:, :step + 1], step, limits, rules)
         token = logits.argmax(dim=-1).masked_fill(finished, PAD_ID)  # (batch,)
         tokens[:, step + 1] = token
-        finished |= token == EOS_ID
+        finished |= (token == EOS_ID) | (step + 1 >= limits)
         if bool(finished.all()):
             break
-    prefix = tokens[:, :step + 2]
-    return [_strip(row) for row in prefix[:, 1:].tolist()]
+    outputs = tokens[:, 1:step + 2].tolist()
+    return [_strip(row)[:limit] for row, limit in zip(outputs, limits.tolist())]
 
 
 @torch.no_grad()
 def beam_search(model: EncoderDecoder[Any], source: Tensor, beam_size: int = 4, alpha: float = 0.6,
-                extra_length: int = EXTRA_LENGTH) -> list[Hypothesis]:
+                extra_length: int = EXTRA_LENGTH, rules: DecodingConfig = ATTNKIT_RULES) -> list[Hypothesis]:
     """The best hypothesis per sentence by log P(Y|X) / lp(Y), keeping `beam_size` live prefixes.
 
-    A sentence stops when `beam_size` hypotheses have ended, or when no live prefix can still beat
-    the best ended one, or at its length limit. With beam_size 1 this is greedy decoding.
+    A sentence is over when RULES say so (see the module's docstring), or at its length limit.
+    With beam_size 1 and attnkit's rules this is greedy decoding.
     """
     batch, device = source.size(0), source.device
     rows = torch.arange(batch, device=device).repeat_interleave(beam_size)  # sentence of each beam row
     encoded = model.encode(source, source == PAD_ID).select(rows)
     cache = model.start_cache(encoded)
-    limits = max_lengths(source, extra_length)  # (batch,)
+    limits = output_limits(source, extra_length, rules)  # (batch,)
     scores = torch.full((batch, beam_size), float("-inf"), device=device)
     scores[:, 0] = 0.0  # one live prefix, <s>, at the start
     prefix = torch.full((batch * beam_size, 1), BOS_ID, dtype=torch.long, device=device)
-    ended: list[list[Hypothesis]] = [[] for _ in range(batch)]
-    done = [False] * batch
+    beams = _Beams(beam_size, alpha, rules, limits.tolist())
     for step in range(int(limits.max())):
-        logits = _force_eos_at_limit(model.decode_step(prefix, encoded, cache), step, limits[rows])
-        log_probs = logits.float().log_softmax(dim=-1)  # (batch * beam, vocab)
+        log_probs = model.decode_step(prefix, encoded, cache).float().log_softmax(dim=-1)  # (batch * beam, vocab)
+        log_probs = constrain(log_probs, prefix, step, limits[rows], rules)
+        if rules.renormalize:
+            log_probs = log_probs.log_softmax(dim=-1)
         vocab = log_probs.size(-1)
         candidates = (scores.view(-1, 1) + log_probs).view(batch, beam_size * vocab)
         top_scores, top_indices = candidates.topk(min(2 * beam_size, beam_size * vocab), dim=-1)  # (batch, 2 beam)
-        keep, scores = _advance(top_scores, top_indices, vocab, beam_size, prefix, ended, done, step, alpha)
+        keep, scores = beams.advance(top_scores, top_indices, vocab, prefix, step)
         parent, token = keep // vocab, keep % vocab  # (batch, beam)
         parent_rows = (torch.arange(batch, device=device).unsqueeze(1) * beam_size + parent).view(-1)
         prefix = torch.cat([prefix[parent_rows], token.view(-1, 1)], dim=1)
         if cache is not None:
             cache.reorder(parent_rows)
-        done = [d or _cannot_improve(ended[b], scores[b], limits[b], alpha, beam_size) for b, d in enumerate(done)]
-        if all(done):
+        if beams.over(scores, generated=step + 1):
             break
-    return [max(hypotheses, key=lambda h: h.score) for hypotheses in ended]
+    return beams.best()
 
 
-def _advance(top_scores: Tensor, top_indices: Tensor, vocab: int, beam_size: int, prefix: Tensor,
-             ended: list[list[Hypothesis]], done: list[bool], step: int, alpha: float) -> tuple[Tensor, Tensor]:
-    """Move the top candidates that end in </s> to `ended`; keep the best `beam_size` others live.
+class _Beams:
+    """Each sentence's ended hypotheses (the best `beam_size`, best first) and whether its search is over."""
 
-    Returns the kept candidates' flat indices (batch, beam) and their scores (batch, beam).
-    """
-    keep = torch.zeros(top_indices.size(0), beam_size, dtype=torch.long, device=top_indices.device)
-    kept_scores = torch.full_like(keep, float("-inf"), dtype=top_scores.dtype)
-    for b, (row_scores, row_indices) in enumerate(zip(top_scores.tolist(), top_indices.tolist())):
-        slot = 0
-        for rank, (score, index) in enumerate(zip(row_scores, row_indices)):
-            if slot == beam_size or score == float("-inf"):
-                break
-            if index % vocab == EOS_ID:  # ends only if among the best `beam_size` candidates (as fairseq)
-                if rank < beam_size and not done[b] and len(ended[b]) < beam_size:
-                    tokens = prefix[b * beam_size + index // vocab, 1:].tolist()
-                    ended[b].append(Hypothesis(tokens, score / length_penalty(step + 1, alpha)))
-                continue
-            keep[b, slot], kept_scores[b, slot] = index, score
-            slot += 1
-    return keep, kept_scores
+    def __init__(self, beam_size: int, alpha: float, rules: DecodingConfig, limits: list[int]) -> None:
+        self.beam_size, self.alpha, self.rules, self.limits = beam_size, alpha, rules, limits
+        self.ended: list[list[Hypothesis]] = [[] for _ in limits]
+        self.done = [False] * len(limits)
 
+    def penalty(self, length: int) -> float:
+        return length_penalty(length, self.alpha, self.rules.length_penalty_form)
 
-def _cannot_improve(ended: list[Hypothesis], live_scores: Tensor, limit: Tensor, alpha: float, beam_size: int) -> bool:
-    """True when this sentence's search is over: enough ended, or no live prefix can win."""
-    if len(ended) >= beam_size:
-        return True
-    if not ended:
-        return False
-    best_live = float(live_scores.max())
-    if best_live == float("-inf"):
-        return True
-    # log-probabilities only fall as a prefix grows; dividing by the largest penalty bounds its final score
-    bound = best_live / length_penalty(int(limit), alpha) if best_live < 0 else best_live
-    return max(h.score for h in ended) >= bound
+    def advance(self, top_scores: Tensor, top_indices: Tensor, vocab: int, prefix: Tensor,
+                step: int) -> tuple[Tensor, Tensor]:
+        """End the top candidates that end here (</s>, or the limit without forced </s>) if among the best
+        `beam_size`, as fairseq and transformers do; keep the best `beam_size` others live.
 
+        Returns the kept candidates' flat indices (batch, beam) and their scores (batch, beam).
+        """
+        beam = self.beam_size
+        keep = torch.zeros(top_indices.size(0), beam, dtype=torch.long, device=top_indices.device)
+        kept_scores = torch.full_like(keep, float("-inf"), dtype=top_scores.dtype)
+        for b, (row_scores, row_indices) in enumerate(zip(top_scores.tolist(), top_indices.tolist())):
+            at_limit = step + 1 >= self.limits[b] and not self.rules.force_eos_at_limit
+            slot = 0
+            for rank, (score, index) in enumerate(zip(row_scores, row_indices)):
+                if slot == beam or score == float("-inf"):
+                    break
+                token = index % vocab
+                if token == EOS_ID or at_limit:
+                    if rank < beam and not self.done[b]:
+                        tokens = prefix[b * beam + index // vocab, 1:].tolist() + ([] if token == EOS_ID else [token])
+                        self._end(b, Hypothesis(tokens, score / self.penalty(step + 1)))
+                    continue
+                keep[b, slot], kept_scores[b, slot] = index, score
+                slot += 1
+        return keep, kept_scores
 
-def _force_eos_at_limit(logits: Tensor, step: int, limits: Tensor) -> Tensor:
-    """Rows whose next token is the last allowed one may only produce </s>."""
-    at_limit = step + 1 >= limits  # (batch,)
-    if not bool(at_limit.any()):
-        return logits
-    only_eos = torch.full_like(logits, float("-inf"))
-    only_eos[:, EOS_ID] = 0.0
-    return torch.where(at_limit.unsqueeze(1), logits + only_eos, logits)
+    def _end(self, b: int, hypothesis: Hypothesis) -> None:
+        ended = sorted(self.ended[b] + [hypothesis], key=lambda h: -h.score)  # stable: earlier first on ties
+        self.ended[b] = ended[:self.beam_size]
+
+    def over(self, live_scores: Tensor, generated: int) -> bool:
+        """Mark the sentences whose search is over after GENERATED tokens; True when all are."""
+        for b, row in enumerate(live_scores.tolist()):
+            self.done[b] = self.done[b] or self._sentence_over(self.ended[b], max(row), generated, self.limits[b])
+        return all(self.done)
+
+    def _sentence_over(self, ended: list[Hypothesis], best_live: float, generated: int, limit: int) -> bool:
+        if best_live == float("-inf"):
+            return True
+        if len(ended) >= self.beam_size:
+            if self.rules.early_stopping is True:
+                return True
+            # transformers' heuristic: the best live prefix at its current length (or at the limit) vs the worst kept
+            at_limit = self.rules.early_stopping == "never" and self.alpha > 0
+            if best_live / self.penalty(limit if at_limit else generated) <= ended[-1].score:
+                return True
+        if not ended:
+            return False
+        # log-probabilities only fall as a prefix grows; dividing by the largest penalty bounds its final score
+        largest = max(self.penalty(generated + 1), self.penalty(limit))
+        return ended[0].score >= (best_live / largest if best_live < 0 else best_live)
+
+    def best(self) -> list[Hypothesis]:
+        return [ended[0] if ended else Hypothesis([], float("-inf")) for ended in self.ended]
 
 
 def _strip(tokens: list[int]) -> list[int]:

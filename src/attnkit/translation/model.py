@@ -15,8 +15,10 @@ start_cache, decode_step), so greedy and beam search use its key/value cache.
 Models trained elsewhere differ in details the config states rather than the code special-casing
 them; Marian (opus-mt, Junczys-Dowmunt et al. 2018) is `sinusoid_layout="halves"` (sines in the
 first half of the channels, cosines in the second; positions from 0, no learned offset),
-`activation="silu"` (swish), `final_norm=False` (post-norm without a last LayerNorm),
-`output_bias=True` (a final logits bias) and `suppressed_outputs` (its pad never generated).
+`activation="silu"` (swish; activations.py has the others such models use), `final_norm=False`
+(post-norm without a last LayerNorm), `output_bias=True` (a final logits bias) and
+`suppressed_outputs` (ids outside the model's own vocabulary, excluded before the softmax: an
+imported model's <s> is a copy of its own decoder start token).
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from dataclasses import dataclass
 from typing import Literal, cast
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit.errors import ConfigError
@@ -39,6 +40,7 @@ from attnkit.nn import (
     TransformerDecoder,
 )
 from attnkit.nn.dropout import Dropout
+from attnkit.translation.activations import ACTIVATIONS, feed_forward_activation
 from attnkit.translation.tokenizer import PAD_ID
 
 PositionalEncoding = Literal["sinusoidal", "learned", "rotary"]
@@ -62,17 +64,18 @@ class Seq2SeqConfig:
     target_vocab_size: int = 0
     # Details of models trained elsewhere (attnkit.app.interop); the defaults are the paper's.
     sinusoid_layout: Literal["interleaved", "halves"] = "interleaved"  # halves: sin | cos (Marian, fairseq)
-    activation: Literal["relu", "gelu", "silu"] = "relu"  # silu = swish (Marian)
+    activation: str = "relu"  # a key of activations.ACTIVATIONS; silu = swish (Marian)
     final_norm: bool = True  # a LayerNorm after the last encoder and decoder layer (none in Marian)
     scale_embeddings: bool = True  # multiply the embeddings by sqrt(d_model) (section 3.4)
     output_bias: bool = False  # a bias on the output logits (Marian's final_logits_bias)
-    suppressed_outputs: tuple[int, ...] = ()  # ids decoding never proposes (Marian: its pad, bad_words_ids)
+    suppressed_outputs: tuple[int, ...] = ()  # ids excluded before the softmax (an imported model's <s> copy)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "suppressed_outputs", tuple(int(i) for i in self.suppressed_outputs))
-        if self.sinusoid_layout not in ("interleaved", "halves") or self.activation not in ("relu", "gelu", "silu"):
-            raise ConfigError(f"sinusoid_layout must be interleaved or halves and activation relu, gelu or silu, "
-                              f"got '{self.sinusoid_layout}', '{self.activation}'")
+        if self.sinusoid_layout not in ("interleaved", "halves"):
+            raise ConfigError(f"sinusoid_layout must be interleaved or halves, got '{self.sinusoid_layout}'")
+        if self.activation not in ACTIVATIONS:
+            raise ConfigError(f"activation must be one of {', '.join(ACTIVATIONS)}, got '{self.activation}'")
         if self.d_model <= 0 or self.num_heads <= 0 or self.d_model % self.num_heads:
             raise ConfigError(f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})")
         if self.positional_encoding == "rotary" and (self.d_model // self.num_heads) % 2:
@@ -112,7 +115,7 @@ class Seq2SeqTransformer(nn.Module):
                                  else _embedding(config.source_vocab_size, d))
         self.positions = _positions(config)
         rotary = RotaryEmbedding(d // config.num_heads) if config.positional_encoding == "rotary" else None
-        activation = F.silu if config.activation == "silu" else config.activation
+        activation = feed_forward_activation(config.activation)
         self.transformer = Transformer(d, config.num_heads, config.num_encoder_layers, config.num_decoder_layers,
                                        config.d_ff, config.dropout, activation, batch_first=True,
                                        norm_first=config.norm_first, rotary=rotary)

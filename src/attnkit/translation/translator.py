@@ -16,7 +16,7 @@ from attnkit.baselines.bahdanau_rnn import check_architecture
 from attnkit.errors import CheckpointError
 from attnkit.translation.batching import pad_ids, token_batches
 from attnkit.translation.config import TranslationConfig, TranslationModel, build_model
-from attnkit.translation.decoding import beam_search, greedy_decode
+from attnkit.translation.decoding import ATTNKIT_RULES, DecodingConfig, beam_search, greedy_decode
 from attnkit.translation.tokenizer import EOS_ID, SubwordTokenizer
 
 RUN_KIND = "translation"
@@ -25,8 +25,11 @@ WEIGHT_CHOICES = ("best", "last", "average")
 
 @torch.no_grad()
 def translate_texts(model: TranslationModel, tokenizer: SubwordTokenizer, texts: Sequence[str], beam_size: int = 4,
-                    alpha: float = 0.6, max_tokens: int = 4000, max_length: int = 256) -> list[str]:
-    """Translate `texts` in length-sorted batches of about `max_tokens` source tokens; input order kept."""
+                    alpha: float = 0.6, max_tokens: int = 4000, max_length: int = 256,
+                    rules: DecodingConfig = ATTNKIT_RULES) -> list[str]:
+    """Translate `texts` in length-sorted batches of about `max_tokens` source tokens; input order kept.
+
+    Sources are cut to `max_length` tokens with </s>; RULES are the searches' (decoding.DecodingConfig)."""
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -36,9 +39,9 @@ def translate_texts(model: TranslationModel, tokenizer: SubwordTokenizer, texts:
     for batch in token_batches([(len(s), len(s)) for s in sources], budget, shuffle=False):
         source = pad_ids([sources[i] for i in batch]).to(device)  # (batch, source_length)
         if beam_size == 1:
-            decoded = greedy_decode(model, source)
+            decoded = greedy_decode(model, source, rules=rules)
         else:
-            decoded = [h.tokens for h in beam_search(model, source, beam_size=beam_size, alpha=alpha)]
+            decoded = [h.tokens for h in beam_search(model, source, beam_size=beam_size, alpha=alpha, rules=rules)]
         for index, tokens in zip(batch, decoded):
             outputs[index] = tokens
     model.train(was_training)
@@ -69,13 +72,14 @@ class Translator:
         return cls(model.to(device), tokenizer, config)
 
     def translate(self, texts: Sequence[str], beam_size: int | None = None, alpha: float | None = None) -> list[str]:
-        """One translation per input sentence (beam search; beam_size=1 is greedy)."""
+        """One translation per input sentence (beam search; beam_size=1 is greedy), by the run's decoding rules
+        (an imported model's: its generation config); beam_size and alpha default to the run's."""
         if isinstance(texts, str):
             texts = [texts]
         beam_size = self.config.beam_size if beam_size is None else beam_size
         alpha = self.config.length_penalty if alpha is None else alpha
         return translate_texts(self.model, self.tokenizer, list(texts), beam_size, alpha,
-                               max_length=self.config.max_length)
+                               max_length=self.config.max_length, rules=self.config.decoding)
 
 
 def _weights_path(folder, weights: str) -> Path:
