@@ -104,14 +104,13 @@ class SetCriterion(nn.Module):
                   num_boxes: float) -> dict[str, Tensor]:
         """Each term of each of SETS (predictions of TARGETS, of one shape), as (sets,) tensors, after the optimal
         matching of Eq. 1: the sets are stacked as one batch of (set, image) pairs and matched together."""
-        scores, boxes = _stack([self.class_scores(s) for s in sets]), _stack([s.boxes for s in sets])
+        scores, boxes = self.stacked(sets)
         return self.terms(scores, boxes, targets, self.match(scores, boxes, targets), num_boxes)
 
-    def assigned_terms(self, sets: Sequence[SetPrediction], targets: Sequence[dict[str, Tensor]],
-                       matches: Sequence[Match], num_boxes: float) -> dict[str, Tensor]:
-        """`set_terms` with a given assignment instead of the optimal one: MATCHES, one per image, for every set."""
-        scores, boxes = _stack([self.class_scores(s) for s in sets]), _stack([s.boxes for s in sets])
-        return self.terms(scores, boxes, targets, list(matches) * len(sets), num_boxes)
+    def stacked(self, sets: Sequence[SetPrediction]) -> tuple[Tensor, Tensor]:
+        """SETS as one batch, set after set: their class scores (sets * batch, queries, ...) and boxes
+        (sets * batch, queries, 4)."""
+        return _stack([self.class_scores(s) for s in sets]), _stack([s.boxes for s in sets])
 
     def class_scores(self, prediction: SetPrediction) -> Tensor:
         """What the classification term and the matching cost read: the softmax logits (batch, queries, classes + 1)."""

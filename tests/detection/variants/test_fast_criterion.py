@@ -98,7 +98,8 @@ def test_the_proposals_count_with_the_first_group_and_the_denoising_queries_are_
     proposals = 2 * full["loss_ce_enc"] + 5 * full["loss_bbox_enc"] + 2 * full["loss_giou_enc"]
     assert_close(without_dn["loss"], groups_only["loss"] + proposals / 3)  # the mean over 3 groups
     denoising = _output(True, 3, True, True).denoising  # both layers, under the fixed assignment of 3 positives
-    terms = criterion.criterion.assigned_terms(denoising.layers, _targets(), denoising.matches, 3.0)  # each (2,)
+    terms = criterion.criterion.terms(*criterion.criterion.stacked(denoising.layers), _targets(),
+                                      denoising.matches * 2, 3.0)  # each (2,)
     assert_close(full["loss"], without_dn["loss"] + 2 * terms["loss_ce"].sum() + 5 * terms["loss_bbox"].sum()
                  + 2 * terms["loss_giou"].sum())
     assert_close(full["loss_giou_dn"], terms["loss_giou"][-1])  # the last layer's, logged

@@ -125,5 +125,6 @@ def denoising_losses(criterion: SetCriterion, denoising: DenoisingOutput,
     and the weighted sum over the layers."""
     device = denoising.layers[-1].boxes.device
     num_boxes = global_box_count(sum(len(m.queries) for m in denoising.matches), device)
-    terms = criterion.assigned_terms(denoising.layers, targets, denoising.matches, num_boxes)  # each (layers,)
+    scores, boxes = criterion.stacked(denoising.layers)  # no matching: every layer under the fixed assignment
+    terms = criterion.terms(scores, boxes, targets, denoising.matches * len(denoising.layers), num_boxes)  # (layers,)
     return {f"{k}_dn": v[-1].detach() for k, v in terms.items()}, criterion.weighted(terms)
