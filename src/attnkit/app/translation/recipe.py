@@ -106,7 +106,7 @@ def resolve_config(request: TranslationRequest) -> TranslationConfig:
 
 
 class TranslationTask:
-    """Model, optimizer, schedule and data of one run; a `attnkit.training.TrainingTask`."""
+    """Model, optimizer, schedule and data of one run; an `attnkit.training.TrainingTask`."""
 
     items_name = "tokens"
 
