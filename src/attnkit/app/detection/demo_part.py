@@ -29,7 +29,7 @@ def detection_demo(out: Path, minutes: float = DEMO_MINUTES) -> None:
     for record in val.coco.records[:DEMO_PICTURES]:
         image = read_image(val.images / record.file_name)
         truth = draw_boxes(image, record.boxes.tolist(), record.labels.tolist(),
-                           [detector.class_names[i] for i in record.labels.tolist()])
+                           [detector.pipeline.class_names[i] for i in record.labels.tolist()])
         found = detector.predict(image, threshold=0.0)[0]  # most confident first
         shown = max(int((found.scores >= 0.5).sum()), FALLBACK_SHOWN)
         predicted = draw_boxes(image, found.boxes[:shown].tolist(), found.labels[:shown].tolist(), found.names[:shown],

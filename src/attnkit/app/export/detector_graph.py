@@ -1,6 +1,6 @@
 """DETR as one ONNX graph, post-processing included (Carion et al. 2020, section 3.2, `PostProcess`).
 
-    images (batch, 3, height, width)   resized and normalised as in evaluation (`Detector.transform`)
+    images (batch, 3, height, width)   resized and normalised as in evaluation (`DetectionPipeline.prepare`)
     mask (batch, height, width)        True on padding (all False for one image, or equal sizes)
     image_sizes (batch, 2)             (height, width) of the original images, for boxes in their pixels
     -> scores (batch, queries), labels (batch, queries), boxes (batch, queries, 4) x0, y0, x1, y1

@@ -9,8 +9,7 @@ import numpy as np
 import torch
 
 from attnkit.detection.config import DetectionConfig
-from attnkit.detection.detector import Detections, ImageInput, to_uint8_tensor
-from attnkit.detection.transforms import inference_transforms
+from attnkit.detection.pipeline import DetectionPipeline, Detections, ImageInput
 from attnkit.app.export.onnx_export import DETECTOR_FILE, read_manifest
 
 
@@ -30,9 +29,7 @@ class OrtDetector:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = onnxruntime.InferenceSession(str(Path(folder) / DETECTOR_FILE), options,
                                                     providers=["CPUExecutionProvider"])
-        self.class_names = list(self.config.class_names) or [str(i) for i in range(self.config.model.num_classes)]
-        self.category_ids = list(self.config.category_ids) or list(range(1, self.config.model.num_classes + 1))
-        self.transform = inference_transforms(self.config.train.val_size, self.config.train.max_size)
+        self.pipeline = DetectionPipeline(self.config)
 
     def predict(self, images: ImageInput | Sequence[ImageInput], threshold: float = 0.5) -> list[Detections]:
         """Detections with score >= THRESHOLD for each image, most confident first (as `Detector.predict`)."""
@@ -40,16 +37,8 @@ class OrtDetector:
             images = [images]
         results = []
         for image in images:
-            pixels = to_uint8_tensor(image)  # (3, height, width)
-            batch = self.transform(pixels).unsqueeze(0).float()  # (1, 3, H, W)
-            mask = np.zeros((1, *batch.shape[-2:]), dtype=bool)
-            sizes = np.array([pixels.shape[-2:]], dtype=np.int64)
-            scores, labels, boxes = (torch.from_numpy(a[0]) for a in self.session.run(
-                None, {"images": batch.numpy(), "mask": mask, "image_sizes": sizes}))
-            keep = scores >= threshold
-            order = scores[keep].argsort(descending=True)
-            kept = labels[keep][order]
-            results.append(Detections(boxes[keep][order], scores[keep][order], kept,
-                                      [self.class_names[i] for i in kept.tolist()],
-                                      [self.category_ids[i] for i in kept.tolist()]))
+            prepared = self.pipeline.prepare(image)
+            inputs = {"images": prepared.batch.numpy(), "mask": prepared.mask.numpy(), "image_sizes": prepared.size.numpy()}
+            scores, labels, boxes = (torch.from_numpy(a[0]) for a in self.session.run(None, inputs))
+            results.append(self.pipeline.select(scores, labels, boxes, threshold)[0])
         return results

@@ -66,11 +66,10 @@ def detect(served: ServedModel, image: Image.Image, threshold: float, attention:
             found, queries, weights = detect_with_attention(detector, image, threshold)
             maps = weights.cross[-1][0].mean(0)[queries].cpu()  # (objects, height, width) of the feature map
         else:
-            one = detector.predict(image, threshold)[0]
-            found, maps = {"boxes": one.boxes, "scores": one.scores, "labels": one.labels, "names": one.names}, None
+            found, maps = detector.predict(image, threshold)[0], None
     objects = []
-    for index, (box, score, label, name) in enumerate(zip(found["boxes"].tolist(), found["scores"].tolist(),
-                                                         found["labels"].tolist(), found["names"])):
+    for index, (box, score, label, name) in enumerate(zip(found.boxes.tolist(), found.scores.tolist(),
+                                                         found.labels.tolist(), found.names)):
         if index == limit:
             break
         entry = {"box": [round(v, 2) for v in box], "score": round(score, 5), "label": label, "name": name}

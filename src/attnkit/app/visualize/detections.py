@@ -120,29 +120,20 @@ def plot_encoder_attention(image: Image.Image, weights: Tensor, feature_size: tu
 
 
 def detect_with_attention(detector, image: Image.Image, threshold: float = 0.7, at_least: int = 0):
-    """Run a `Detector` on one image with capture: (detections above THRESHOLD, their query indices, weights).
+    """Run a `Detector` on one image with capture: (its `Detections` above THRESHOLD, their query indices, weights).
 
-    Detections come most confident first, in the original image's pixels, as `Detector.predict` gives them;
-    when fewer than AT_LEAST pass the threshold, the AT_LEAST most confident queries are returned instead.
+    Detections come as `Detector.predict` gives them (its pipeline's); when fewer than AT_LEAST pass the
+    threshold, the AT_LEAST most confident queries are returned instead.
     """
-    from attnkit.detection.detector import to_uint8_tensor
-    from attnkit.detection.postprocess import postprocess
     from attnkit.app.visualize.capture import capture_detection
+    from attnkit.detection.postprocess import postprocess
 
-    pixels = to_uint8_tensor(image)  # (3, height, width)
-    batch = detector.transform(pixels).unsqueeze(0).to(detector.device)  # (1, 3, H, W)
-    mask = torch.zeros(1, *batch.shape[-2:], dtype=torch.bool, device=detector.device)
-    weights = capture_detection(detector.model, batch, mask)
-    found = postprocess(weights.outputs.logits, weights.outputs.boxes,
-                        torch.tensor([pixels.shape[-2:]]))[0]
-    queries = (found["scores"] >= threshold).nonzero().flatten()
-    if len(queries) < at_least:
-        queries = found["scores"].argsort(descending=True)[:at_least]
-    queries = queries[found["scores"][queries].argsort(descending=True)]
-    labels = found["labels"][queries].cpu()
-    detections = {"boxes": found["boxes"][queries].cpu(), "scores": found["scores"][queries].cpu(), "labels": labels,
-                  "names": [detector.class_names[i] for i in labels.tolist()]}
-    return detections, queries.cpu(), weights
+    prepared = detector.pipeline.prepare(image)
+    weights = capture_detection(detector.model, prepared.batch.to(detector.device), prepared.mask.to(detector.device))
+    found = postprocess(weights.outputs.logits, weights.outputs.boxes, prepared.size)[0]
+    detections, queries = detector.pipeline.select(found["scores"], found["labels"], found["boxes"], threshold,
+                                                   at_least)
+    return detections, queries, weights
 
 
 FALLBACK_QUERIES = 3  # shown when nothing passes the threshold (an early run): what the queries look at anyway
@@ -152,11 +143,11 @@ def save_detection_maps(detector, image: Image.Image, out: Path, stem: str, thre
     """<stem>_objects.png (boxes + per-object decoder attention) and <stem>_encoder.png into OUT."""
     detections, queries, weights = detect_with_attention(detector, image, threshold, at_least=FALLBACK_QUERIES)
     maps = weights.cross[-1][0].mean(0)[queries.to(weights.cross[-1].device)].cpu()  # (objects, h, w)
-    below = len(queries) and float(detections["scores"][0]) < threshold
+    below = len(queries) and float(detections.scores[0]) < threshold
     caption = f"no detection >= {threshold:g}: the {len(queries)} most confident queries" if below else \
         f"{len(queries)} detection(s) with score >= {threshold:g}"
-    paths = [plot_object_attention(image, detections["boxes"].tolist(), detections["labels"].tolist(),
-                                   detections["names"], detections["scores"].tolist(), maps,
+    paths = [plot_object_attention(image, detections.boxes.tolist(), detections.labels.tolist(),
+                                   detections.names, detections.scores.tolist(), maps,
                                    out / f"{stem}_objects.png", caption=caption)]
     if weights.encoder:
         paths.append(plot_encoder_attention(image, weights.encoder[-1][0].mean(0).cpu(), weights.feature_size,
