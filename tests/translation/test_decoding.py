@@ -19,7 +19,7 @@ class Rows:
     def __init__(self, count: int) -> None:
         self.count = count
 
-    def select(self, rows: torch.Tensor) -> "Rows":
+    def select(self, rows: torch.Tensor) -> Rows:
         return Rows(len(rows))
 
 
@@ -76,7 +76,7 @@ def test_beam_search_finds_the_best_hypothesis(alpha):
 
 def test_beam_one_equals_greedy_and_limit_is_respected():
     torch.manual_seed(0)
-    model = BigramModel({last: {t: p for t, p in zip(range(2, VOCAB), torch.rand(VOCAB - 2).softmax(0).tolist())}
+    model = BigramModel({last: dict(zip(range(2, VOCAB), torch.rand(VOCAB - 2).softmax(0).tolist()))
                          for last in range(VOCAB)})
     source = torch.tensor([[A, B, EOS_ID], [A, EOS_ID, 0]])
     greedy = greedy_decode(model, source, use_cache=False, extra_length=4)

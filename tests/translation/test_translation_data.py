@@ -7,8 +7,7 @@ import json
 import pytest
 
 from attnkit.errors import DataError
-from attnkit.translation.data import (SentencePair, find_split, read_corpus, write_aligned, write_jsonl,
-                                      write_tsv)
+from attnkit.translation.data import SentencePair, find_split, read_corpus, write_aligned, write_jsonl, write_tsv
 from attnkit.translation.numbers import NumbersSpec, numbers_splits, parse_name, write_numbers
 
 PAIRS = [SentencePair("one cat", "eine Katze"), SentencePair("two dogs", "zwei Hunde"),

@@ -1,6 +1,7 @@
-"""SentencePiece tokenization (Kudo and Richardson 2018) with one shared piece vocabulary, as
-Marian's opus-mt models use: a SentencePiece model per side segments the text into pieces, and a
-vocabulary maps each piece to an id (a piece it lacks is <unk>).
+"""SentencePiece tokenization (Kudo and Richardson 2018) as Marian's opus-mt models use it: a
+SentencePiece model per side segments the text into pieces, and a vocabulary maps each piece to an
+id (a piece it lacks is <unk>). The vocabulary is one shared by both sides, or one per side
+(MarianTokenizer's separate_vocabs).
 
 The ids follow attnkit's convention (tokenizer.py: <pad> 0, <s> 1, </s> 2, <unk> 3, then the
 pieces), so batching, decoding and the losses work unchanged; `attnkit.app.interop.marian_import`
@@ -8,7 +9,8 @@ orders an imported vocabulary this way. A leading language token (`>>fr<<`, mult
 is kept whole, as MarianTokenizer does.
 
 Saved in the run folder as source.spm, target.spm and sentencepiece_vocab.json (the pieces in
-id order); `SubwordTokenizer.load` returns this tokenizer when it finds them.
+id order; the source side's when separate), plus sentencepiece_target_vocab.json when the target
+has its own; `SubwordTokenizer.load` returns this tokenizer when it finds them.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from attnkit.errors import CheckpointError
 from attnkit.translation.tokenizer import SPECIAL_TOKENS, UNK_ID
 
 VOCAB_FILE, SOURCE_MODEL, TARGET_MODEL = "sentencepiece_vocab.json", "source.spm", "target.spm"
+TARGET_VOCAB_FILE = "sentencepiece_target_vocab.json"
 LANGUAGE_CODE = re.compile(r">>.+<<")
 WORD_MARKER = "\u2581"  # SentencePiece's "▁": a space before the piece
 
@@ -42,18 +45,27 @@ class PieceVocabulary:
 
 
 class SentencePieceTokenizer:
-    """Source and target SentencePiece models over one vocabulary `pieces` (attnkit id order)."""
+    """Source and target SentencePiece models over the vocabulary `pieces` (attnkit id order), or over
+    `pieces` (source) and `target_pieces` (target) when the sides have their own."""
 
-    def __init__(self, source_model: bytes, target_model: bytes, pieces: Sequence[str]) -> None:
-        if len(pieces) < len(SPECIAL_TOKENS) or len(set(pieces)) != len(pieces):
-            raise CheckpointError("a SentencePiece vocabulary needs the 4 special tokens first and unique pieces")
+    def __init__(self, source_model: bytes, target_model: bytes, pieces: Sequence[str],
+                 target_pieces: Sequence[str] | None = None) -> None:
+        for vocabulary in (pieces, pieces if target_pieces is None else target_pieces):
+            if len(vocabulary) < len(SPECIAL_TOKENS) or len(set(vocabulary)) != len(vocabulary):
+                raise CheckpointError("a SentencePiece vocabulary needs the 4 special tokens first and unique pieces")
         self.source_model, self.target_model, self.pieces = source_model, target_model, list(pieces)
+        self.target_pieces = self.pieces if target_pieces is None else list(target_pieces)
         self._source_spm = sentencepiece.SentencePieceProcessor(model_proto=source_model)
         self._target_spm = sentencepiece.SentencePieceProcessor(model_proto=target_model)
-        self._ids = {piece: index for index, piece in enumerate(self.pieces)}
-        self.source = self.target = PieceVocabulary(self.pieces)
+        self._source_ids = {piece: index for index, piece in enumerate(self.pieces)}
+        self._target_ids = {piece: index for index, piece in enumerate(self.target_pieces)}
+        self.source = PieceVocabulary(self.pieces)
+        self.target = self.source if target_pieces is None else PieceVocabulary(self.target_pieces)
 
-    joint = True  # one vocabulary (the model may share all its embeddings)
+    @property
+    def joint(self) -> bool:
+        """One vocabulary for both sides (the model may share all its embeddings)."""
+        return self.target is self.source
 
     @property
     def source_vocab_size(self) -> int:
@@ -61,26 +73,26 @@ class SentencePieceTokenizer:
 
     @property
     def target_vocab_size(self) -> int:
-        return len(self.pieces)
+        return len(self.target_pieces)
 
     def encode_source(self, texts: Sequence[str]) -> list[list[int]]:
-        return [self._encode(self._source_spm, text) for text in texts]
+        return [self._encode(self._source_spm, self._source_ids, text) for text in texts]
 
     def encode_target(self, texts: Sequence[str]) -> list[list[int]]:
-        return [self._encode(self._target_spm, text) for text in texts]
+        return [self._encode(self._target_spm, self._target_ids, text) for text in texts]
 
-    def _encode(self, model: sentencepiece.SentencePieceProcessor, text: str) -> list[int]:
+    def _encode(self, model: sentencepiece.SentencePieceProcessor, ids: dict[str, int], text: str) -> list[int]:
         """Pieces -> ids, no </s> (the batching adds it); a leading `>>xx<<` language token stays one piece."""
         match = LANGUAGE_CODE.match(text)
         code = [match.group(0)] if match else []
         pieces = code + model.encode(LANGUAGE_CODE.sub("", text), out_type=str)
-        return [self._ids.get(piece, UNK_ID) for piece in pieces]
+        return [ids.get(piece, UNK_ID) for piece in pieces]
 
     def decode_target(self, ids: Sequence[Sequence[int]]) -> list[str]:
         """Ids (specials dropped) -> text, by the target SentencePiece model; a word marker it leaves (on a
         source-side piece of the shared vocabulary) becomes a space, as MarianTokenizer does."""
         special = len(SPECIAL_TOKENS)
-        return [self._target_spm.decode_pieces([self.pieces[i] for i in sentence if i >= special])
+        return [self._target_spm.decode_pieces([self.target_pieces[i] for i in sentence if i >= special])
                 .replace(WORD_MARKER, " ").strip() for sentence in ids]
 
     def save(self, folder: Path | str) -> None:
@@ -88,6 +100,8 @@ class SentencePieceTokenizer:
         (folder / SOURCE_MODEL).write_bytes(self.source_model)
         (folder / TARGET_MODEL).write_bytes(self.target_model)
         (folder / VOCAB_FILE).write_text(json.dumps(self.pieces, ensure_ascii=False, indent=0) + "\n")
+        if not self.joint:
+            (folder / TARGET_VOCAB_FILE).write_text(json.dumps(self.target_pieces, ensure_ascii=False, indent=0) + "\n")
 
     @classmethod
     def load(cls, folder: Path | str) -> SentencePieceTokenizer:
@@ -98,6 +112,9 @@ class SentencePieceTokenizer:
                                       f"{TARGET_MODEL} and {VOCAB_FILE})")
         try:
             pieces = json.loads((folder / VOCAB_FILE).read_text())
-            return cls((folder / SOURCE_MODEL).read_bytes(), (folder / TARGET_MODEL).read_bytes(), pieces)
+            target = folder / TARGET_VOCAB_FILE
+            target_pieces = json.loads(target.read_text()) if target.is_file() else None
+            return cls((folder / SOURCE_MODEL).read_bytes(), (folder / TARGET_MODEL).read_bytes(), pieces,
+                       target_pieces)
         except (json.JSONDecodeError, RuntimeError, TypeError) as error:
             raise CheckpointError(f"{folder}: unreadable SentencePiece tokenizer ({error})") from None

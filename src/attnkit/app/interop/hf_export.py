@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ from torch import Tensor
 from attnkit.app.interop.detr_import import hf_to_official
 from attnkit.app.interop.weights_files import hf_layer_to_torch
 from attnkit.errors import CheckpointError, ConfigError
+from attnkit.translation.config import TranslationConfig
+from attnkit.translation.model import Seq2SeqConfig
 from attnkit.translation.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 RESNETS = {"resnet18": ("basic", [2, 2, 2, 2]), "resnet34": ("basic", [3, 4, 6, 3]),
@@ -127,71 +130,144 @@ def export_detr(config: dict, tensors: dict[str, Tensor]):
 
 
 # ---------------------------------------------------------------- Marian
-def marian_hf_config(config: dict, vocab_size: int, pad: int, eos: int, start: int):
-    """transformers.MarianConfig for an attnkit translation config dict; ConfigError naming what differs."""
+# attnkit's activation -> transformers' activation_function (the inverse of marian_import.ACTIVATIONS)
+HF_ACTIVATIONS = {"silu": "swish", "gelu_tanh": "gelu_pytorch_tanh", "gelu_clipped": "gelu_10",
+                  "sqrt_softplus": "sqrtsoftplus", "identity": "linear"}
+
+
+@dataclass(frozen=True)
+class MarianIds:
+    """Marian's ids for one side: `order` is the attnkit id of each Marian id; pad, eos and the decoder start."""
+    order: list[int]
+    pad: int
+    eos: int
+    start: int
+
+    def marian_id(self, attnkit_id: int) -> int:
+        """The Marian id of an attnkit id (<pad> and <s> to the Marian pad and start where their rows are dropped)."""
+        ids = {**{PAD_ID: self.pad, BOS_ID: self.start}, **{a: m for m, a in enumerate(self.order)}}
+        return ids[attnkit_id]
+
+
+def marian_hf_config(config: TranslationConfig, source: MarianIds, target: MarianIds, generation: dict[str, Any]):
+    """transformers.MarianConfig for an attnkit translation config; ConfigError naming what differs."""
     import transformers
 
-    model = config["model"]
-    checks = (("arch must be 'transformer'", config["arch"] != "transformer"),
-              ("positional_encoding must be sinusoidal", model.get("positional_encoding") != "sinusoidal"),
-              ("sinusoid_layout must be halves", model.get("sinusoid_layout", "interleaved") != "halves"),
-              ("final_norm must be false", model.get("final_norm", True)),
-              ("norm_first must be false", model.get("norm_first")),
-              ("share_embeddings must be true", not model.get("share_embeddings")))
+    model = config.model
+    checks = (("arch must be 'transformer'", config.arch != "transformer"),
+              ("positional_encoding must be sinusoidal", getattr(model, "positional_encoding", "") != "sinusoidal"),
+              ("sinusoid_layout must be halves", getattr(model, "sinusoid_layout", "") != "halves"),
+              ("final_norm must be false", getattr(model, "final_norm", True)),
+              ("norm_first must be false", getattr(model, "norm_first", True)))
     problems = [message for message, bad in checks if bad]
     if problems:
         raise ConfigError("cannot export to MarianMTModel: " + "; ".join(problems) +
                           " (set these with --set model.KEY=VALUE when training)")
-    suppressed = set(model.get("suppressed_outputs", ()))
-    # transformers 4 reads the generation settings from the model's config (5 from generation_config, which
-    # export_marian sets too); 5's config signature does not list them.
-    generation: dict[str, Any] = {"num_beams": config.get("beam_size", 4),
-                                  "bad_words_ids": [[pad]] if PAD_ID in suppressed else None}
+    assert isinstance(model, Seq2SeqConfig)  # arch "transformer" (checked above)
+    # transformers 4 reads the generation settings from the model's config, 5 from generation_config (which
+    # export_marian sets); 5 drops them from the config.
     return transformers.MarianConfig(
-        vocab_size=vocab_size, d_model=model["d_model"], encoder_layers=model["num_encoder_layers"],
-        decoder_layers=model["num_decoder_layers"], encoder_attention_heads=model["num_heads"],
-        decoder_attention_heads=model["num_heads"], encoder_ffn_dim=model["d_ff"], decoder_ffn_dim=model["d_ff"],
-        dropout=model["dropout"], max_position_embeddings=model["max_positions"],
-        activation_function={"silu": "swish"}.get(model.get("activation", "relu"), model.get("activation", "relu")),
-        scale_embedding=model.get("scale_embeddings", True), pad_token_id=pad, eos_token_id=eos,
-        forced_eos_token_id=eos, decoder_start_token_id=start, share_encoder_decoder_embeddings=True,
+        vocab_size=len(source.order), decoder_vocab_size=len(target.order), d_model=model.d_model,
+        encoder_layers=model.num_encoder_layers, decoder_layers=model.num_decoder_layers,
+        encoder_attention_heads=model.num_heads, decoder_attention_heads=model.num_heads,
+        encoder_ffn_dim=model.d_ff, decoder_ffn_dim=model.d_ff, dropout=model.dropout,
+        max_position_embeddings=model.max_positions,
+        activation_function=HF_ACTIVATIONS.get(model.activation, model.activation),
+        scale_embedding=model.scale_embeddings, pad_token_id=target.pad, eos_token_id=target.eos,
+        decoder_start_token_id=target.start, share_encoder_decoder_embeddings=model.share_embeddings,
         tie_word_embeddings=True, **generation)
+
+
+def marian_generation(config: TranslationConfig, target: MarianIds) -> dict[str, Any]:
+    """The generation config under which `generate` decodes as the run's `translate` (beam size and
+    decoding rules; transformers has no GNMT length penalty, so a "gnmt" run exports only the rest)."""
+    rules, model = config.decoding, config.model
+    suppressed = [i for i in getattr(model, "suppressed_outputs", ()) if i != BOS_ID]  # runs imported before rules
+    banned = sorted({target.marian_id(i) for i in (*rules.banned_outputs, *suppressed)})
+    generation: dict[str, Any] = {
+        "num_beams": config.beam_size, "bad_words_ids": [[i] for i in banned] or None,
+        "forced_eos_token_id": target.eos if rules.force_eos_at_limit else None,
+        "min_length": rules.min_output_length, "no_repeat_ngram_size": rules.no_repeat_ngram_size,
+        "renormalize_logits": rules.renormalize}
+    if rules.max_output_length is not None:
+        generation["max_length"] = rules.max_output_length + 1  # transformers counts the start token
+    if rules.length_penalty_form == "power":
+        generation.update(length_penalty=config.length_penalty, early_stopping=rules.early_stopping)
+    return generation
+
+
+def marian_ids(tokenizer, tensors: dict[str, Tensor]) -> tuple[MarianIds, MarianIds]:
+    """(source, target) Marian ids of a run's vocabularies. attnkit's BPE keeps its ids (<s> 1 starts); a
+    SentencePiece (imported) vocabulary goes back to Marian's layout: </s> 0, <unk> 1, the pieces, and <pad> last
+    (one vocabulary) or 2 (one per side, so that both sides have it at one id). <s>, a copy of the start token's
+    row, is dropped for that row; a <s> of its own (fine-tuned apart) stays, last."""
+    from attnkit.translation.sentencepiece_tokenizer import SentencePieceTokenizer
+
+    if not isinstance(tokenizer, SentencePieceTokenizer):
+        if not tokenizer.joint:
+            raise ConfigError("separate source and target vocabularies cannot be exported as one Marian vocabulary")
+        ids = MarianIds(list(range(tokenizer.target_vocab_size)), PAD_ID, EOS_ID, BOS_ID)
+        return ids, ids
+    embedding = tensors["target_embedding.weight"]
+    bias = tensors.get("output_bias", torch.zeros(len(embedding)))
+    copies = [i for i in range(len(embedding)) if i != BOS_ID and torch.equal(embedding[i], embedding[BOS_ID])
+              and bool(bias[i] == bias[BOS_ID])]  # the rows <s> is a copy of: its start token's
+    size, joint = tokenizer.target_vocab_size, tokenizer.joint
+    if PAD_ID in copies:  # opus-mt: the pad is the start token, and <s>'s row serves as both
+        target = _marian_layout(size, BOS_ID, joint, own_start=False)
+    elif copies:  # another token of the vocabulary starts
+        target = _marian_layout(size, PAD_ID, joint, own_start=False)
+        target = MarianIds(target.order, target.pad, target.eos, target.order.index(copies[0]))
+    else:  # <s> fine-tuned apart from every row: a token of its own, last
+        target = _marian_layout(size, PAD_ID, joint, own_start=True)
+        target = MarianIds(target.order, target.pad, target.eos, len(target.order) - 1)
+    if joint:
+        return target, target
+    return _marian_layout(tokenizer.source_vocab_size, PAD_ID, joint=False, own_start=False), target
+
+
+def _marian_layout(size: int, pad_row: int, joint: bool, own_start: bool) -> MarianIds:
+    """</s> 0, <unk> 1, then the pieces with the pad row last (joint) or at 2, and <s> last if it is its own;
+    the pad starts."""
+    pieces = list(range(4, size))
+    order = [EOS_ID, UNK_ID] + (pieces + [pad_row] if joint else [pad_row] + pieces) + ([BOS_ID] if own_start else [])
+    return MarianIds(order, order.index(pad_row), 0, order.index(pad_row))
 
 
 def export_marian(folder, tensors: dict[str, Tensor], out: Path):
     """A transformers MarianMTModel holding a translation run's weights; its tokenizer files go to `out`."""
     import transformers
 
-    from attnkit.translation.sentencepiece_tokenizer import SentencePieceTokenizer
     from attnkit.translation.tokenizer import SubwordTokenizer
 
+    config = TranslationConfig.from_dict(folder.config)
     tokenizer = SubwordTokenizer.load(folder.path)
-    size = tokenizer.target_vocab_size
-    if isinstance(tokenizer, SentencePieceTokenizer):  # Marian's order: </s>, <unk>, pieces, <pad> (= decoder start)
-        order = [EOS_ID, UNK_ID] + list(range(4, size)) + [BOS_ID]
-        pad, eos, start = len(order) - 1, 0, len(order) - 1
-    else:  # attnkit's own ids: <pad> 0, <s> 1 (decoder start), </s> 2, <unk> 3
-        order, pad, eos, start = list(range(size)), PAD_ID, EOS_ID, BOS_ID
-    hf_config = marian_hf_config(folder.config, len(order), pad, eos, start)
-    index = torch.tensor(order)
-    embedding = tensors["target_embedding.weight"][index]
-    bias = tensors.get("output_bias", torch.zeros(size))[index]
+    source, target = marian_ids(tokenizer, tensors)
+    generation = marian_generation(config, target)
+    hf_config = marian_hf_config(config, source, target, generation)
+    target_index = torch.tensor(target.order)
+    bias = tensors.get("output_bias", torch.zeros(tokenizer.target_vocab_size))[target_index]
+    if target.order[target.start] == BOS_ID != target.order[target.pad] and \
+            BOS_ID in getattr(config.model, "suppressed_outputs", ()):
+        bias[target.start] = float("-inf")  # <s> as a token of its own: never proposed, as in attnkit
+    extra = {"final_logits_bias": bias.reshape(1, -1), "source": tensors["source_embedding.weight"][source.order],
+             "target": tensors["target_embedding.weight"][target_index]}
     model = transformers.MarianMTModel(hf_config).eval()
     names = [k for k in model.state_dict() if "embed_positions" not in k]
-    extra = {"final_logits_bias": bias.reshape(1, -1), "embedding": embedding}
     mapped = map_from(names, _marian_attnkit_name, {**tensors, **extra}, "Marian export")
     _load_strict(model, mapped, keep=("embed_positions.weight",))
-    model.generation_config.num_beams = folder.config.get("beam_size", 4)  # newer transformers read these here
-    if PAD_ID in folder.config["model"].get("suppressed_outputs", ()):
-        model.generation_config.bad_words_ids = [[pad]]
-    _write_tokenizer(tokenizer, order, out)
+    for key, value in generation.items():  # transformers 5 reads them here
+        setattr(model.generation_config, key, value)
+    _write_tokenizer(tokenizer, source, target, out)
     return model
 
 
 def _marian_attnkit_name(hf_name: str) -> str:
     name = hf_name.removeprefix("model.")
-    if name in ("shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight"):
-        return "embedding"
+    if name in ("shared.weight", "encoder.embed_tokens.weight"):
+        return "source"
+    if name in ("decoder.embed_tokens.weight", "lm_head.weight"):
+        return "target"
     side, _, rest = name.partition(".layers.")
     if side in ("encoder", "decoder") and rest:
         number, _, inner = rest.partition(".")
@@ -199,19 +275,26 @@ def _marian_attnkit_name(hf_name: str) -> str:
     return name
 
 
-def _write_tokenizer(tokenizer, order: list[int], out: Path) -> None:
-    """SentencePiece: source.spm, target.spm, vocab.json in Marian's ids (MarianTokenizer loads them);
-    attnkit's BPE: tokenizer.json (PreTrainedTokenizerFast loads it)."""
+def _write_tokenizer(tokenizer, source: MarianIds, target: MarianIds, out: Path) -> None:
+    """SentencePiece: source.spm, target.spm, vocab.json (and target_vocab.json, one per side) in Marian's ids
+    (MarianTokenizer loads them); attnkit's BPE: tokenizer.json (PreTrainedTokenizerFast loads it)."""
     from attnkit.translation.sentencepiece_tokenizer import SentencePieceTokenizer
 
     out.mkdir(parents=True, exist_ok=True)
-    if isinstance(tokenizer, SentencePieceTokenizer):
-        pieces = [tokenizer.pieces[i] for i in order[:-1]] + [tokenizer.pieces[PAD_ID]]
-        (out / "vocab.json").write_text(json.dumps({p: i for i, p in enumerate(pieces)}, ensure_ascii=False))
-        (out / "source.spm").write_bytes(tokenizer.source_model)
-        (out / "target.spm").write_bytes(tokenizer.target_model)
-        (out / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "MarianTokenizer"}))
-    elif tokenizer.joint:
+    if not isinstance(tokenizer, SentencePieceTokenizer):
         tokenizer.source.save(str(out / "tokenizer.json"))
-    else:
-        raise ConfigError("separate source and target vocabularies cannot be exported as one Marian vocabulary")
+        return
+    options: dict[str, Any] = {"tokenizer_class": "MarianTokenizer"}
+    (out / "vocab.json").write_text(_marian_vocab(tokenizer.pieces, source))
+    if not tokenizer.joint:
+        (out / "target_vocab.json").write_text(_marian_vocab(tokenizer.target_pieces, target))
+        options["separate_vocabs"] = True
+    (out / "source.spm").write_bytes(tokenizer.source_model)
+    (out / "target.spm").write_bytes(tokenizer.target_model)
+    (out / "tokenizer_config.json").write_text(json.dumps(options))
+
+
+def _marian_vocab(pieces: list[str], ids: MarianIds) -> str:
+    """vocab.json: {piece: Marian id}; the pad's id is named as attnkit's <pad> (whichever row it holds)."""
+    names = [pieces[PAD_ID] if marian == ids.pad else pieces[index] for marian, index in enumerate(ids.order)]
+    return json.dumps({piece: marian for marian, piece in enumerate(names)}, ensure_ascii=False)
