@@ -60,3 +60,11 @@ def test_a_resumed_run_refuses_changes_and_accepts_its_own_values():
         check_translation_kept(translation, ["grad_clip=none"])
     with pytest.raises(ConfigError, match=r"which has train.clip_max_norm"):
         check_detection_kept(detection, ["train.clip_max_norm=none"])
+
+
+def test_the_architecture_applies_first_so_its_own_fields_can_be_set():
+    config = override_detection(detection_config(), ["model.query_groups=1", "model.arch=fast"])
+    assert config.model.arch == "fast" and config.model.query_groups == 1
+    assert config.model.hidden_dim == detection_config().model.hidden_dim  # the preset's sizes are kept
+    with pytest.raises(ConfigError, match="unknown config key 'model.query_groups'"):
+        override_detection(detection_config(), ["model.query_groups=1"])  # tiny is DETR: no query groups

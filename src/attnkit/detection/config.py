@@ -261,8 +261,15 @@ def preset(name: str) -> tuple[DetrConfig, DetectionTrainConfig]:
 
 
 def override(config: DetectionConfig, assignments: list[str]) -> DetectionConfig:
-    """CONFIG with `model.KEY=VALUE` / `train.KEY=VALUE` strings applied (`attnkit.overrides`)."""
-    return overrides.override(config, assignments, DetectionConfig.from_dict, sections=("model", "train"))
+    """CONFIG with `model.KEY=VALUE` / `train.KEY=VALUE` strings applied (`attnkit.overrides`).
+
+    `model.arch=NAME` applies first, wherever it is given (`with_arch`: the other architecture's fields
+    take their defaults), so that the other assignments may name that architecture's fields."""
+    archs = [a.partition("=")[2] for a in assignments if a.partition("=")[0] == "model.arch"]
+    if archs:
+        config = replace(config, model=with_arch(config.model, overrides.parse_value(archs[-1])))
+    rest = [a for a in assignments if a.partition("=")[0] != "model.arch"]
+    return overrides.override(config, rest, DetectionConfig.from_dict, sections=("model", "train"))
 
 
 def check_kept(config: DetectionConfig, assignments: list[str]) -> None:
