@@ -1,4 +1,5 @@
-"""Beam search finds the best-scoring hypothesis on a hand-built model; beam 1 equals greedy."""
+"""Beam search finds the best-scoring hypothesis on a hand-built model under either length penalty;
+beam 1 equals greedy; each decoding rule (limits, bans, n-grams, ending without </s>) holds."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import math
 import pytest
 import torch
 
-from attnkit.translation.decoding import Hypothesis, beam_search, greedy_decode, length_penalty
+from attnkit.translation.decoding import DecodingConfig, Hypothesis, beam_search, greedy_decode, length_penalty
 from attnkit.translation.tokenizer import BOS_ID, EOS_ID
 
 A, B, C = 4, 5, 6  # three word ids after the specials <pad> <s> </s> <unk>
@@ -53,25 +54,62 @@ TABLE = {BOS_ID: {A: 0.5, B: 0.4, EOS_ID: 0.1},
          C: {C: 0.5, EOS_ID: 0.5}}
 
 
-def brute_force_best(model: BigramModel, max_tokens: int, alpha: float) -> Hypothesis:
+def brute_force_best(model: BigramModel, max_tokens: int, alpha: float, form: str = "gnmt") -> Hypothesis:
     best = Hypothesis([], float("-inf"))
     for length in range(max_tokens):
         for tokens in itertools.product((A, B, C), repeat=length):
-            score = model.sequence_log_prob(list(tokens)) / length_penalty(length + 1, alpha)
+            score = model.sequence_log_prob(list(tokens)) / length_penalty(length + 1, alpha, form)
             if score > best.score:
                 best = Hypothesis(list(tokens), score)
     return best
 
 
-@pytest.mark.parametrize("alpha", [0.0, 0.6])
-def test_beam_search_finds_the_best_hypothesis(alpha):
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
+@pytest.mark.parametrize(("form", "early_stopping"), [("gnmt", True), ("power", True), ("power", "never")])
+def test_beam_search_finds_the_best_hypothesis(alpha, form, early_stopping):
     model = BigramModel(TABLE)
     source = torch.tensor([[A, EOS_ID]])  # 2 source tokens, + 3 = at most 5 output tokens with </s>
-    found = beam_search(model, source, beam_size=3, alpha=alpha, extra_length=3)[0]
-    expected = brute_force_best(model, max_tokens=5, alpha=alpha)
+    rules = DecodingConfig(length_penalty_form=form, early_stopping=early_stopping)
+    found = beam_search(model, source, beam_size=3, alpha=alpha, extra_length=3, rules=rules)[0]
+    expected = brute_force_best(model, max_tokens=5, alpha=alpha, form=form)
     assert found.tokens == expected.tokens == [B]
     assert found.score == pytest.approx(expected.score)
     assert greedy_decode(model, source, use_cache=False, extra_length=3)[0][0] == A  # greedy misses it
+
+
+def test_power_penalty_is_length_to_the_alpha():
+    assert length_penalty(4, 0.5, "power") == pytest.approx(2.0)
+    assert length_penalty(4, 0.6, "gnmt") == pytest.approx(1.5 ** 0.6)  # ((5 + 4) / 6)^0.6
+
+
+# A model that prefers long outputs: A then C forever, </s> always possible.
+LONG = {BOS_ID: {A: 0.6, B: 0.25, EOS_ID: 0.15}, A: {C: 0.7, EOS_ID: 0.3}, B: {C: 0.7, EOS_ID: 0.3},
+        C: {C: 0.7, EOS_ID: 0.3}}
+
+
+def test_a_fixed_limit_and_ending_there_without_eos():
+    model = BigramModel(LONG)
+    source = torch.tensor([[A, B, EOS_ID], [A, EOS_ID, 0]])
+    forced = DecodingConfig(max_output_length=4)
+    assert greedy_decode(model, source, rules=forced) == [[A, C, C]] * 2  # </s> is the 4th token
+    free = DecodingConfig(max_output_length=4, force_eos_at_limit=False)
+    assert greedy_decode(model, source, rules=free) == [[A, C, C, C]] * 2  # 4 tokens, no </s>
+    best = beam_search(model, source, beam_size=2, alpha=1.0, rules=DecodingConfig("power", False, 4,
+                                                                                    force_eos_at_limit=False))
+    assert [h.tokens for h in best] == [[A, C, C, C]] * 2  # log(.6 .7 .7 .7) / 4 beats every ending with </s>
+    assert best[0].score == pytest.approx(math.log(0.6 * 0.7 ** 3) / 4)
+
+
+def test_banned_outputs_minimum_length_and_repeated_ngrams():
+    model = BigramModel(LONG)
+    source = torch.tensor([[A, EOS_ID]])
+    assert greedy_decode(model, source, rules=DecodingConfig(banned_outputs=(A,)), extra_length=3) == [[B, C, C, C]]
+    short = BigramModel({BOS_ID: {EOS_ID: 0.9, A: 0.1}, A: {EOS_ID: 0.9, C: 0.1}, C: {EOS_ID: 0.9, C: 0.1}})
+    assert greedy_decode(short, source, rules=DecodingConfig(min_output_length=3)) == [[A, C]]
+    no_bigram_twice = DecodingConfig(no_repeat_ngram_size=2, max_output_length=6)
+    # C C is seen once, so after C comes </s> (the only other choice): A C C </s>
+    assert greedy_decode(model, source, rules=no_bigram_twice) == [[A, C, C]]
+    assert greedy_decode(model, source, rules=DecodingConfig(no_repeat_ngram_size=1)) == [[A, C]]
 
 
 def test_beam_one_equals_greedy_and_limit_is_respected():

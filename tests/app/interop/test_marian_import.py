@@ -326,3 +326,29 @@ def test_a_folder_without_vocab_is_refused_by_name(marian_folder, tmp_path):
     with pytest.raises(CheckpointError, match="vocab.json"):
         import_marian(folder, tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_run_imported_before_the_rules_keeps_its_search_and_exports(opus, tmp_path):
+    """config.json of an import written before the decoding rules: <s> and pad excluded before the softmax, beam 4,
+    alpha 0.6, attnkit's search. It loads, decodes as it did, and exports with Marian's bad_words_ids."""
+    import shutil
+
+    from attnkit.storage import RunFolder
+
+    old = tmp_path / "old"
+    shutil.copytree(opus.run.path, old)
+    config = json.loads((old / "config.json").read_text())
+    del config["decoding"]
+    config.update(beam_size=4, length_penalty=0.6)
+    config["model"]["suppressed_outputs"] = [BOS_ID, PAD_ID]
+    (old / "config.json").write_text(json.dumps(config))
+    translator = Translator.from_run(old, device="cpu")
+    assert translator.config.decoding == DecodingConfig()
+    source = pad_ids(opus.sources())
+    expected = [h.tokens for h in beam_search(translator.model, source, beam_size=4, alpha=0.6)]
+    assert translator.translate(TEXTS) == translator.tokenizer.decode_target(expected)
+    assert RunFolder.open(old, "translation").config["model"]["suppressed_outputs"] == [BOS_ID, PAD_ID]
+    export_hf(old, tmp_path / "exported")
+    reloaded = transformers.MarianMTModel.from_pretrained(tmp_path / "exported")
+    assert reloaded.generation_config.bad_words_ids == [[opus.hf.config.pad_token_id]]
+    assert reloaded.generation_config.num_beams == 4

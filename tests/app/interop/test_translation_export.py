@@ -1,4 +1,5 @@
-"""A translation model trained here exports to MarianMTModel when its config says Marian's details."""
+"""A translation model trained here exports to MarianMTModel when its config says Marian's details: its
+embeddings shared or not, its activation, and the decoding rules as the generation config."""
 
 from __future__ import annotations
 
@@ -8,24 +9,28 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from attnkit.errors import ConfigError
 from attnkit.app.interop.hf_export import export_hf
-from attnkit.translation.config import build_model, preset
-from attnkit.translation.tokenizer import PAD_ID, SubwordTokenizer
+from attnkit.errors import ConfigError
 from attnkit.storage import RunFolder, save_weights
+from attnkit.translation.config import build_model, preset
+from attnkit.translation.decoding import DecodingConfig, beam_search, greedy_decode
+from attnkit.translation.tokenizer import EOS_ID, PAD_ID, SubwordTokenizer
 
 transformers = pytest.importorskip("transformers")
 LINES = [f"{a} {b} {c}" for a in ("one", "two", "three", "four") for b in ("red", "blue", "green") for c in "xyz"]
 
 
-def write_run(tmp_path, **model_options):
+MARIAN = {"sinusoid_layout": "halves", "final_norm": False, "activation": "silu", "output_bias": True}
+
+
+def write_run(tmp_path, run_options: dict | None = None, **model_options):
     torch.manual_seed(0)
     tokenizer = SubwordTokenizer.train(LINES, LINES, vocab_size=40)
     config = preset("tiny")
     model_config = dataclasses.replace(config.model, d_model=32, num_heads=4, d_ff=64, dropout=0.0,
                                        source_vocab_size=tokenizer.source_vocab_size,
                                        target_vocab_size=tokenizer.target_vocab_size, **model_options)
-    config = dataclasses.replace(config, model=model_config)
+    config = dataclasses.replace(config, model=model_config, **(run_options or {}))
     model = build_model(config).eval()
     run = RunFolder.create(tmp_path / "run", "translation", config.to_dict())
     tokenizer.save(run.path)
@@ -33,9 +38,10 @@ def write_run(tmp_path, **model_options):
     return run, model, tokenizer
 
 
-def test_marian_shaped_model_exports_with_the_same_logits(tmp_path):
-    run, model, tokenizer = write_run(tmp_path, sinusoid_layout="halves", final_norm=False, activation="silu",
-                                      output_bias=True)
+@pytest.mark.parametrize("options", [{}, {"share_embeddings": False}, {"activation": "gelu_tanh"},
+                                     {"activation": "quick_gelu", "scale_embeddings": False}])
+def test_marian_shaped_model_exports_with_the_same_logits(tmp_path, options):
+    run, model, tokenizer = write_run(tmp_path, **{**MARIAN, **options})
     with torch.no_grad():
         model.output_bias.normal_()
     save_weights(run.last_weights, model.state_dict())
@@ -53,3 +59,36 @@ def test_the_papers_model_is_refused_with_the_differences_named(tmp_path):
     run, _, _ = write_run(tmp_path)
     with pytest.raises(ConfigError, match="sinusoid_layout must be halves; final_norm must be false"):
         export_hf(run.path, tmp_path / "hf", weights="last")
+
+
+def test_the_decoding_rules_export_as_the_generation_config(tmp_path):
+    """A run decoding by transformers' rules (power penalty, early_stopping "never", a fixed limit without forced
+    </s>, a banned id, no repeated bigrams) exports them, and generate gives the run's tokens."""
+    rules = DecodingConfig(length_penalty_form="power", early_stopping="never", max_output_length=9,
+                           force_eos_at_limit=False, banned_outputs=(7,), no_repeat_ngram_size=2)
+    run, model, _ = write_run(tmp_path, {"beam_size": 3, "length_penalty": 0.7, "decoding": rules}, **MARIAN)
+    with torch.no_grad():
+        model.output_bias.normal_()
+        model.output_bias[EOS_ID] = 4.0  # so that some outputs end before the limit
+    save_weights(run.last_weights, model.state_dict())
+    export_hf(run.path, tmp_path / "hf", weights="last")
+    reloaded = transformers.MarianMTModel.from_pretrained(tmp_path / "hf").eval()
+    generation = reloaded.generation_config
+    assert (generation.num_beams, generation.length_penalty, generation.early_stopping, generation.max_length,
+            generation.forced_eos_token_id, generation.bad_words_ids, generation.no_repeat_ngram_size) == \
+        (3, 0.7, "never", 10, None, [[7]], 2)
+    sources = [[5, 9, 12, EOS_ID], [7, 8, EOS_ID], [11, 6, 13, 14, 10, EOS_ID], [15, EOS_ID], [4, 16, 17, EOS_ID]]
+    lengths = set()
+    for source in sources:
+        batch = torch.tensor([source])
+        for beam_size in (1, 3):
+            with torch.no_grad():
+                theirs = reloaded.generate(batch, num_beams=beam_size)[0, 1:].tolist()
+            if beam_size == 1:
+                ours = greedy_decode(model, batch, rules=rules)[0]
+            else:
+                ours = beam_search(model, batch, beam_size, 0.7, rules=rules)[0].tokens
+            expected = theirs[:theirs.index(EOS_ID) + 1] if EOS_ID in theirs else theirs
+            assert ours + [EOS_ID] * (len(ours) < 9) == expected, (source, beam_size)
+            lengths.add(len(expected))
+    assert len(lengths) > 2  # outputs of several lengths, some ended by </s>
