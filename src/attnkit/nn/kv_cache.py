@@ -44,9 +44,11 @@ class KVCache:
         elif self.key is None or self._buffers is not None and not torch.is_grad_enabled():
             self._write(key, value)
         else:
+            assert self.value is not None  # set together with the key
             self.key = torch.cat([self.key, key], dim=-2)
             self.value = torch.cat([self.value, value], dim=-2)
             self._buffers = None
+        assert self.key is not None and self.value is not None  # every branch above sets both
         return self.key, self.value
 
     def _write(self, key: Tensor, value: Tensor) -> None:
@@ -54,10 +56,11 @@ class KVCache:
         start, end = self.length, self.length + key.size(-2)
         if self._buffers is None or end > self._buffers[0].size(-2):
             room = max(2 * end, 16)
-            grown = tuple(x.new_empty(*x.shape[:-2], room, x.size(-1)) for x in (key, value))
+            grown_key, grown_value = (x.new_empty(*x.shape[:-2], room, x.size(-1)) for x in (key, value))
             if start:
-                grown[0][..., :start, :], grown[1][..., :start, :] = self.key, self.value
-            self._buffers = grown
+                assert self.key is not None and self.value is not None  # start is the length of the cached key
+                grown_key[..., :start, :], grown_value[..., :start, :] = self.key, self.value
+            self._buffers = grown_key, grown_value
         buffer_key, buffer_value = self._buffers
         buffer_key[..., start:end, :], buffer_value[..., start:end, :] = key, value
         self.key, self.value = buffer_key[..., :end, :], buffer_value[..., :end, :]
@@ -65,8 +68,10 @@ class KVCache:
     def reorder(self, batch_indices: Tensor) -> None:
         """Select batch rows (beam search keeps the surviving hypotheses' caches)."""
         if self._buffers is not None:
-            self._buffers = tuple(x.index_select(0, batch_indices) for x in self._buffers)
+            key_buffer, value_buffer = (x.index_select(0, batch_indices) for x in self._buffers)
+            self._buffers = key_buffer, value_buffer
             self.key, self.value = (x[..., :self.length, :] for x in self._buffers)
         elif self.key is not None:
+            assert self.value is not None  # set together with the key
             self.key = self.key.index_select(0, batch_indices)
             self.value = self.value.index_select(0, batch_indices)

@@ -15,6 +15,8 @@ from torch import Tensor, nn
 class RotaryEmbedding(nn.Module):
     """Rotates (..., length, head_dim) query or key tensors by their positions."""
 
+    inv_freq: Tensor  # a buffer: (head_dim / 2,)
+
     def __init__(self, head_dim: int, base: float = 10000.0) -> None:
         super().__init__()
         if head_dim % 2:
