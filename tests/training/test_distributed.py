@@ -39,14 +39,14 @@ def invoke(*args) -> str:
 
 
 def torchrun(*args, processes: int = 2) -> str:
-    """`attnkit ARGS` as PROCESSES processes started by torchrun on this machine (gloo, CPU; the one-process
+    """The stderr of `attnkit ARGS` as PROCESSES processes started by torchrun on this machine (gloo, CPU; the one-process
     runs they are compared with say --device cpu too)."""
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
                "--standalone", "-m", "attnkit", *map(str, args)]
     environment = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
     done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=environment)
     assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
+    return done.stderr  # the progress and messages (stdout carries results only)
 
 
 def train_records(run: Path) -> list[dict]:

@@ -61,7 +61,7 @@ def test_ctrl_c_saves_the_state_and_resume_continues_exactly(tmp_path, capsys):
     with pytest.raises(KeyboardInterrupt):
         Trainer(task, run, Budget(steps=6), CONFIG, progress=False).fit()
     assert task.calls == 6  # the step under way was finished
-    assert "interrupted (continue with --resume) at step 3" in capsys.readouterr().out
+    assert "interrupted (continue with --resume) at step 3" in capsys.readouterr().err
     assert [p.name for p in run.training_states()] == ["step-00000002.safetensors", "step-00000003.safetensors"]
     resumed, _, result = train(tmp_path / "split", Budget(steps=6), resume=True)
     assert result.step == 6

@@ -22,6 +22,7 @@ from attnkit.training import distributed
 from attnkit.training.averaging import average_weights
 from attnkit.training.budget import LoopConfig
 from attnkit.training.loop_state import LoopState, with_world_size
+from attnkit.training.messages import note
 from attnkit.training.rng import capture_rng, restore_rng
 from attnkit.training.task import TrainingTask
 
@@ -76,7 +77,7 @@ class Checkpoints:
         """Everything the newest intact training state holds, back in place; a fresh state if there is none."""
         found = self.run.load_newest_state()
         if found is None:
-            print(f"{self.run.path} has no training state yet; starting from step 0", flush=True)
+            note(f"{self.run.path} has no training state yet; starting from step 0")
             if distributed.is_main():
                 self._forget_after(step=0)
             return LoopState(world_size=distributed.world_size())
@@ -96,7 +97,7 @@ class Checkpoints:
         if distributed.is_main():
             self._forget_after(state.step)
         restore_rng(saved["rng"])  # last: nothing above may draw from the restored generators
-        print(f"resuming {self.run.path} from step {state.step} (epoch {state.epoch})", flush=True)
+        note(f"resuming {self.run.path} from step {state.step} (epoch {state.epoch})")
         return state
 
     def _forget_after(self, step: int) -> None:

@@ -8,6 +8,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from attnkit.training.messages import note
+
 
 @contextlib.contextmanager
 def ctrl_c_as_flag() -> Iterator[threading.Event]:
@@ -21,7 +23,7 @@ def ctrl_c_as_flag() -> Iterator[threading.Event]:
         if pressed.is_set():
             raise KeyboardInterrupt
         pressed.set()
-        print("\nCtrl-C: stopping after this step and saving the training state (again to abort)", flush=True)
+        note("\nCtrl-C: stopping after this step and saving the training state (again to abort)")
 
     previous = signal.signal(signal.SIGINT, handler)
     try:

@@ -49,6 +49,7 @@ from attnkit.training.checkpointing import Checkpoints
 from attnkit.training.compilation import compile_errors
 from attnkit.training.interrupt import ctrl_c_as_flag
 from attnkit.training.loop_state import LoopState
+from attnkit.training.messages import note
 from attnkit.training.progress import Progress, estimate_eta
 from attnkit.training.result import FitResult, StopReason, TrainingDiverged
 from attnkit.training.rng import isolated_rng
@@ -112,7 +113,7 @@ class Trainer:
             result = self._finish(reason, stream, progress)
         finally:
             progress.close()
-        print(result.summary(self.run), flush=True)
+        note(result.summary(self.run))
         if distributed.is_main():
             for callback in self.at_end:
                 callback(self.run, result)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from attnkit.training.messages import note
+
 
 @dataclass
 class LoopState:
@@ -31,8 +33,8 @@ def with_world_size(state: LoopState, size: int) -> LoopState:
     `size - 1` batches of the epoch are read a second time, none is left out).
     """
     if state.world_size != size:
-        print(f"resuming with {size} processes (the run had {state.world_size}): epoch {state.epoch} continues "
-              f"after {state.position * state.world_size} of its batches", flush=True)
+        note(f"resuming with {size} processes (the run had {state.world_size}): epoch {state.epoch} continues "
+             f"after {state.position * state.world_size} of its batches")
         state.position = state.position * state.world_size // size
         state.world_size = size
     return state

@@ -24,6 +24,7 @@ def tiny_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("runs") / "run"
     result = invoke("train", "detection", "--data", "shapes", "--out", out, "--steps", "2", *TINY)
     assert result.exit_code == 0, result.output
+    assert result.stdout == "", result.stdout  # training's progress and messages go to stderr
     return out
 
 

@@ -27,6 +27,7 @@ def trained(tmp_path_factory):
     result = invoke("train", "translation", "--data", str(data), "--out", str(run), "--steps", "3",
                     "--preset", "tiny", *SMALL)
     assert result.exit_code == 0, result.output
+    assert result.stdout == "", result.stdout  # training's progress and messages go to stderr
     return data, run, result.output
 
 
@@ -69,7 +70,7 @@ def test_translate_arguments_and_stdin(trained):
 def test_bad_input_is_one_error_line(tmp_path, args, message):
     result = invoke(*(arg.format(tmp=tmp_path) for arg in args))
     assert result.exit_code == 2, result.output
-    assert f"error: " in result.output and message in result.output
+    assert "error: " in result.output and message in result.output
     assert "Traceback" not in result.output
 
 

@@ -60,7 +60,7 @@ def fit(tmp_path, name: str = "run"):
 def test_every_run_ends_with_its_report(tmp_path, capsys):
     run, result = fit(tmp_path)
     page = (run.path / "report.html").read_text(encoding="utf-8")
-    assert f"report: {run.path / 'report.html'}" in capsys.readouterr().out
+    assert f"report: {run.path / 'report.html'}" in capsys.readouterr().err
     assert "<h2>Config</h2>" in page and "&quot;lr&quot;: 0.1" in page
     assert "data:image/png;base64," in page  # curves.png, embedded
     assert "Validation at step 4" in page and f"Best loss: <b>{result.best_value:.4g}</b> at step 4" in page

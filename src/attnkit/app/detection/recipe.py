@@ -36,6 +36,7 @@ from attnkit.errors import CheckpointError, ConfigError, DataError, refuse_chang
 from attnkit.storage import RunFolder
 from attnkit.training import Budget, FitResult, LoopConfig, Trainer, distributed, plot_curves
 from attnkit.training.fused_optimizer import fused_options
+from attnkit.training.messages import note
 from attnkit.training.precision import resolve_amp
 
 LOGGED = ("loss_ce", "loss_bbox", "loss_giou", "class_error", "cardinality_error")
@@ -84,10 +85,10 @@ def train(request: DetectionRequest) -> FitResult:
     result = Trainer(task, run, request.budget, loop, progress=request.progress, at_end=at_end).fit(request.resume)
     if request.skip_bad_images:
         same = (val_set.images, val_set.coco.path) == (train_set.images, train_set.coco.path)
-        print(f"bad data: training split {skipped_summary(train_set.coco)}; validation split "
-              f"{'the same images' if same else skipped_summary(val_set.coco)}; all listed in "
-              f"{run.path / 'skipped.json'}")
-    print(f"run folder: {run.path}")
+        note(f"bad data: training split {skipped_summary(train_set.coco)}; validation split "
+             f"{'the same images' if same else skipped_summary(val_set.coco)}; all listed in "
+             f"{run.path / 'skipped.json'}")
+    note(f"run folder: {run.path}")
     return result
 
 
@@ -110,7 +111,7 @@ def resolve_config(request: DetectionRequest, init: Path | None) -> DetectionCon
     out, assignments, shapes = request.out, list(request.assignments), request.shapes
     if request.resume and (out / "config.json").is_file():
         config = DetectionConfig.from_dict(RunFolder.open(out, "detection").config)
-        print(f"preset: {config.preset} (from {out / 'config.json'})")
+        note(f"preset: {config.preset} (from {out / 'config.json'})")
         refuse_changes(config.to_dict(), {"preset": request.preset}, ["preset"] if request.preset else [])
         check_kept(config, assignments)  # --amp / --accumulate may not silently differ from config.json
         return config
@@ -129,8 +130,8 @@ def resolve_config(request: DetectionRequest, init: Path | None) -> DetectionCon
         source = str(request.data) if request.train_paths[0] is None else EXPLICIT
     frozen = config.model.frozen_batchnorm if init is not None else request.backbone_weights is not None
     model = replace(config.model, num_classes=len(names), frozen_batchnorm=frozen)
-    print(f"preset: {name}" + (f"; model from {init}" if init is not None else "")
-          + (f"; overrides: {', '.join(assignments)}" if assignments else ""))
+    note(f"preset: {name}" + (f"; model from {init}" if init is not None else "")
+         + (f"; overrides: {', '.join(assignments)}" if assignments else ""))
     return replace(config, model=model, data=source, class_names=names, category_ids=ids, shapes=shapes_fields)
 
 
@@ -167,7 +168,7 @@ def _open_splits(config: DetectionConfig, run: Path, shapes: ShapesConfig,
                            skip_bad=skip_bad)
     same = val_paths[0] is None and train_paths[0] is not None
     if same:
-        print("data: no --val-images/--val-annotations; validating on the training images")
+        note("data: no --val-images/--val-annotations; validating on the training images")
         val_paths = train_paths
     val_set = open_split(split_paths(config.data if val_paths[0] is None else None, "val", run, shapes,
                                      *val_paths), eval_transforms(t.val_size, t.max_size), skip_bad=skip_bad,
@@ -197,12 +198,12 @@ def _describe(task: DetectionTask, loop: LoopConfig, start: InitWeights | None) 
     options = [f"{loop.amp} autocast"] if loop.amp != "off" else []
     options += [f"{loop.accumulate} batches per step"] if loop.accumulate > 1 else []
     options += ["torch.compile"] if loop.compile else []
-    print(f"model: {model.arch} {model.backbone}, {parameters / 1e6:.1f}M parameters, {model.num_classes} classes, "
-          f"{model.num_queries} queries, on {task.device}" + "".join(f", {option}" for option in options))
+    note(f"model: {model.arch} {model.backbone}, {parameters / 1e6:.1f}M parameters, {model.num_classes} classes, "
+         f"{model.num_queries} queries, on {task.device}" + "".join(f", {option}" for option in options))
     if start is not None:
         head = (f"class head re-initialised for {model.num_classes} classes" if start.reinitialised
                 else "class head kept (same number of classes)")
-        print(f"init: {len(start.tensors)} tensors from {start.path}; {head}")
+        note(f"init: {len(start.tensors)} tensors from {start.path}; {head}")
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ reused when it is newer than the weights) or an export folder written by `attnki
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from pathlib import Path
 
 from attnkit.errors import ConfigError, require_extra
@@ -25,8 +27,9 @@ def export_folder(run: Path, weights: str) -> Path:
     stale = weights_file.is_file() and (folder / MANIFEST).is_file() and \
         weights_file.stat().st_mtime > (folder / MANIFEST).stat().st_mtime
     if not (folder / MANIFEST).is_file() or stale or weights != "best":
-        print(f"exporting {run} to ONNX in {folder} (once)")
-        export_run(run, folder, weights)
+        print(f"exporting {run} to ONNX in {folder} (once)", file=sys.stderr, flush=True)
+        with contextlib.redirect_stdout(sys.stderr):  # results only on stdout, the export's progress too
+            export_run(run, folder, weights)
     return folder
 
 

@@ -7,14 +7,16 @@ translator's tokenizer is copied beside it, so the folder is all ONNX Runtime in
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 import warnings
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from attnkit.errors import CheckpointError, ConfigError
+from attnkit.errors import CheckpointError
 
 OPSET = 18
 MANIFEST = "export.json"
@@ -28,15 +30,16 @@ def export_graph(module: nn.Module, args: tuple, path: Path, inputs: list[str], 
     """Export MODULE(*ARGS) to PATH (ONNX, opset OPSET) with the named dynamic axes; check the file.
 
     The axes go to torch.export as `Dim.DYNAMIC` per input, in the order of ARGS, so equal sizes
-    (one batch across inputs) are found by tracing rather than by name.
+    (one batch across inputs) are found by tracing rather than by name. torch.onnx prints its
+    progress on stdout: it goes to stderr, so that stdout keeps only the command's results.
     """
     import onnx
 
     path.parent.mkdir(parents=True, exist_ok=True)
     module.eval()
-    with torch.no_grad(), warnings.catch_warnings():
+    with torch.no_grad(), warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
         warnings.simplefilter("ignore")
-        dynamic = tuple({axis: torch.export.Dim.DYNAMIC for axis in dynamic_axes.get(name, {})} or None
+        dynamic = tuple(dict.fromkeys(dynamic_axes.get(name, {}), torch.export.Dim.DYNAMIC) or None
                         for name in inputs)
         torch.onnx.export(module, args, str(path), input_names=inputs, output_names=outputs,
                           dynamic_shapes=dynamic, opset_version=opset, dynamo=True)

@@ -24,6 +24,7 @@ from attnkit.errors import refuse_changes
 from attnkit.storage import RunFolder
 from attnkit.training import Budget, FitResult, LoopConfig, Trainer, distributed, plot_curves
 from attnkit.training.fused_optimizer import fused_options
+from attnkit.training.messages import note
 from attnkit.training.precision import resolve_amp
 from attnkit.translation.batching import Batch, Example, collate, make_examples, padding_fraction, token_batches
 from attnkit.translation.config import (
@@ -72,12 +73,12 @@ def train(request: TranslationRequest) -> FitResult:
     files = {"train": request.train_file, "valid": request.valid_file, "test": request.test_file}
     splits = load_splits(request.data, files, config.source_lang, config.target_lang, skip_bad=request.skip_bad_lines)
     for corpus in splits.values():
-        print(f"data: {corpus.report.summary()}")
+        note(f"data: {corpus.report.summary()}")
     run, result = _train(config, splits, request.out, request.budget, request.device, request.resume,
                          request.progress, request.compile)
     if "test" in splits and distributed.is_main():
         _report_test(run.path, splits["test"], config.beam_size)
-    print(f"run folder: {run.path}")
+    note(f"run folder: {run.path}")
     return result
 
 
@@ -88,7 +89,7 @@ def resolve_config(request: TranslationRequest) -> TranslationConfig:
     assignments, out = list(request.assignments), request.out
     if request.resume and (out / "config.json").is_file():
         config = TranslationConfig.from_dict(RunFolder.open(out, "translation").config)
-        print(f"preset: {config.preset} (from {out / 'config.json'})")
+        note(f"preset: {config.preset} (from {out / 'config.json'})")
         refuse_changes(config.to_dict(), {"arch": request.arch}, ["arch"] if request.arch else [])  # sizes change
         named = [f"preset={request.preset}"] if request.preset else []
         check_kept(config, named + languages + assignments)  # no option may silently differ from config.json
@@ -96,12 +97,12 @@ def resolve_config(request: TranslationRequest) -> TranslationConfig:
     name = request.preset
     if name is None:
         name = default_preset_name(request.device.type == "cuda")
-        print(f"preset: {name} (the default on this machine, {request.device.type}; choose with --preset)")
+        note(f"preset: {name} (the default on this machine, {request.device.type}; choose with --preset)")
     else:
-        print(f"preset: {name}")
+        note(f"preset: {name}")
     config = override(with_architecture(preset(name), request.arch or "transformer"), languages + assignments)
     if assignments:
-        print(f"overrides: {', '.join(assignments)}")
+        note(f"overrides: {', '.join(assignments)}")
     return config
 
 
@@ -235,15 +236,15 @@ def describe(prepared: Prepared, device: torch.device, amp: str = "off") -> None
     parameters = _parameter_count(config)
     precision = "" if amp == "off" else f", {amp} autocast"
     if isinstance(m, BahdanauRNNConfig):
-        print(f"model: RNN with additive attention, embedding {m.embedding_dim}, hidden {m.hidden_size}, "
-              f"attention {m.attention_dim}, {parameters / 1e6:.2f}M parameters; {vocab}; {device}{precision}")
+        note(f"model: RNN with additive attention, embedding {m.embedding_dim}, hidden {m.hidden_size}, "
+             f"attention {m.attention_dim}, {parameters / 1e6:.2f}M parameters; {vocab}; {device}{precision}")
     else:
-        print(f"model: d_model {m.d_model}, {m.num_heads} heads, {m.num_encoder_layers}+{m.num_decoder_layers} layers, "
-              f"d_ff {m.d_ff}, {m.positional_encoding} positions, {parameters / 1e6:.2f}M parameters; {vocab}; {device}"
-              f"{precision}")
+        note(f"model: d_model {m.d_model}, {m.num_heads} heads, {m.num_encoder_layers}+{m.num_decoder_layers} layers, "
+             f"d_ff {m.d_ff}, {m.positional_encoding} positions, {parameters / 1e6:.2f}M parameters; {vocab}; {device}"
+             f"{precision}")
     skipped = f", {prepared.skipped_long} pairs over {config.max_length} tokens skipped" \
         if prepared.skipped_long else ""
-    print(f"batches: about {config.max_tokens} tokens each, padding {100 * prepared.padding:.1f}%{skipped}")
+    note(f"batches: about {config.max_tokens} tokens each, padding {100 * prepared.padding:.1f}%{skipped}")
 
 
 def _parameter_count(config: TranslationConfig) -> int:
@@ -256,7 +257,7 @@ def _report_test(run: Path, test: Corpus, beam_size: int) -> None:
     translator = Translator.from_run(run, weights="best")
     sources = [p.source for p in test.pairs]
     result = score(translator.translate(sources, beam_size=beam_size), [p.target for p in test.pairs])
-    print(f"test ({len(test)} sentences, beam {beam_size}, best weights): BLEU {result.bleu:.2f}, "
-          f"chrF {result.chrf:.2f}, exact match {result.exact_match:.1f}%")
+    note(f"test ({len(test)} sentences, beam {beam_size}, best weights): BLEU {result.bleu:.2f}, "
+         f"chrF {result.chrf:.2f}, exact match {result.exact_match:.1f}%")
     for pair, hypothesis in zip(test.pairs[:3], translator.translate(sources[:3])):
-        print(f"  {pair.source} -> {hypothesis}  (reference: {pair.target})")
+        note(f"  {pair.source} -> {hypothesis}  (reference: {pair.target})")

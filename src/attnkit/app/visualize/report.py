@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnkit.errors import DataError
 from attnkit.app.tasks import kinds
+from attnkit.errors import DataError
 from attnkit.storage import RunFolder, read_weights
 from attnkit.training.curves import plot_run_curves
 from attnkit.training.rng import isolated_rng
@@ -67,7 +67,7 @@ def report_at_end(task: Any) -> Callable[[RunFolder, Any], None]:
     def write(run: RunFolder, result: Any = None) -> None:
         try:
             with isolated_rng():
-                print(f"report: {write_report(run, task=task)}", flush=True)
+                print(f"report: {write_report(run, task=task)}", flush=True, file=sys.stderr)
         except Exception as error:  # noqa: BLE001 - the run is saved; the report is a view of it
             print(f"warning: could not write {run.path / REPORT_FILE} ({type(error).__name__}: {error}); "
                   f"try again with: attnkit report {run.path}", file=sys.stderr, flush=True)
@@ -202,7 +202,8 @@ def _table(rows: list[dict[str, Any]], header: bool = True) -> str:
 
 
 def _numbers(record: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in record.items() if key not in ("time", "split") and isinstance(value, (int, float))}
+    return {key: value for key, value in record.items()
+            if key not in ("time", "split") and isinstance(value, (int, float))}
 
 
 def _format(value: Any) -> str:
