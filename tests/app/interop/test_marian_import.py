@@ -6,6 +6,7 @@ the same outputs. What attnkit cannot represent is refused naming the config fie
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -21,10 +22,10 @@ from attnkit.translation.config import TranslationConfig
 from attnkit.translation.decoding import DecodingConfig, beam_search, greedy_decode
 from attnkit.translation.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from attnkit.translation.translator import Translator
-from conftest import number_lines, train_spm
 
 transformers = pytest.importorskip("transformers")
 sentencepiece = pytest.importorskip("sentencepiece")
+num2words = pytest.importorskip("num2words").num2words
 TEXTS = ["twenty-one", "three hundred and five", "seven", "ninety-nine", "one hundred and forty-two",
          "two hundred and seventy-seven", "eight hundred and eighty-eight thousand"]
 BEAMS = (1, 2, 4, 5)
@@ -49,9 +50,20 @@ VARIANTS = {  # name: (write_marian options, generation)
 }
 
 
+def train_spm(language: str) -> bytes:
+    """A 60-piece unigram SentencePiece model of the numbers 1..300 written out in LANGUAGE (as the conftest's;
+    defined here because `conftest` names another module when tests/translation runs in the same session)."""
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(num2words(n, lang=language) for n in range(1, 301)), model_writer=model,
+        vocab_size=60, model_type="unigram", character_coverage=1.0, hard_vocab_limit=False, bos_id=-1, eos_id=-1,
+        unk_id=0, minloglevel=2)
+    return model.getvalue()
+
+
 @pytest.fixture(scope="module")
 def spm_models() -> tuple[bytes, bytes]:
-    return train_spm(number_lines("en"), 60), train_spm(number_lines("de"), 60)
+    return train_spm("en"), train_spm("de")
 
 
 def pieces_of(model: bytes) -> list[str]:
