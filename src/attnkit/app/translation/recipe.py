@@ -156,7 +156,8 @@ class TranslationTask:
             tokens += batch.target_tokens
         hypotheses = translate_texts(self.model, self.tokenizer, [p.source for p in self.valid.pairs], beam_size=1,
                                      max_tokens=4 * self.config.max_tokens, max_length=self.config.max_length)
-        scores = score(hypotheses, [p.target for p in self.valid.pairs])
+        scores = score(hypotheses, [p.target for p in self.valid.pairs],
+                       self.config.target_lang or self.valid.target_lang)
         return {"loss": total / max(tokens, 1), "bleu": scores.bleu, "chrf": scores.chrf,
                 "exact_match": scores.exact_match}
 
@@ -256,7 +257,8 @@ def _report_test(run: Path, test: Corpus, beam_size: int) -> None:
     """BLEU, chrF and exact match of the best weights on the test split, and three of its translations."""
     translator = Translator.from_run(run, weights="best")
     sources = [p.source for p in test.pairs]
-    result = score(translator.translate(sources, beam_size=beam_size), [p.target for p in test.pairs])
+    result = score(translator.translate(sources, beam_size=beam_size), [p.target for p in test.pairs],
+                   translator.config.target_lang or test.target_lang)
     note(f"test ({len(test)} sentences, beam {beam_size}, best weights): BLEU {result.bleu:.2f}, "
          f"chrF {result.chrf:.2f}, exact match {result.exact_match:.1f}%")
     for pair, hypothesis in zip(test.pairs[:3], translator.translate(sources[:3])):
