@@ -16,7 +16,7 @@ from attnkit.baselines.bahdanau_rnn import check_architecture
 from attnkit.errors import CheckpointError
 from attnkit.translation.batching import pad_ids, token_batches
 from attnkit.translation.config import TranslationConfig, TranslationModel, build_model
-from attnkit.translation.decoding import ATTNKIT_RULES, DecodingConfig, beam_search, greedy_decode
+from attnkit.translation.decoding import ATTNKIT_RULES, DecodingConfig, EncoderDecoder, beam_search, greedy_decode
 from attnkit.translation.tokenizer import EOS_ID, SubwordTokenizer
 
 RUN_KIND = "translation"
@@ -24,15 +24,18 @@ WEIGHT_CHOICES = ("best", "last", "average")
 
 
 @torch.no_grad()
-def translate_texts(model: TranslationModel, tokenizer: SubwordTokenizer, texts: Sequence[str], beam_size: int = 4,
-                    alpha: float = 0.6, max_tokens: int = 4000, max_length: int = 256,
+def translate_texts(model: TranslationModel | EncoderDecoder, tokenizer: SubwordTokenizer, texts: Sequence[str],
+                    beam_size: int = 4, alpha: float = 0.6, max_tokens: int = 4000, max_length: int = 256,
                     rules: DecodingConfig = ATTNKIT_RULES) -> list[str]:
     """Translate `texts` in length-sorted batches of about `max_tokens` source tokens; input order kept.
 
-    Sources are cut to `max_length` tokens with </s>; RULES are the searches' (decoding.DecodingConfig)."""
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
+    MODEL: a PyTorch model, or any other implementation of the decoding protocol (the ONNX Runtime
+    graphs). Sources are cut to `max_length` tokens with </s>; RULES are the searches' (decoding.DecodingConfig)."""
+    is_module = isinstance(model, torch.nn.Module)
+    device = next(model.parameters()).device if is_module else torch.device("cpu")
+    was_training = is_module and model.training
+    if is_module:
+        model.eval()
     sources = [ids[:max_length - 1] + [EOS_ID] for ids in tokenizer.encode_source(texts)]
     outputs: list[list[int]] = [[] for _ in sources]
     budget = max(max_tokens // max(beam_size, 1), max_length)
@@ -44,7 +47,8 @@ def translate_texts(model: TranslationModel, tokenizer: SubwordTokenizer, texts:
             decoded = [h.tokens for h in beam_search(model, source, beam_size=beam_size, alpha=alpha, rules=rules)]
         for index, tokens in zip(batch, decoded):
             outputs[index] = tokens
-    model.train(was_training)
+    if is_module:
+        model.train(was_training)
     return tokenizer.decode_target(outputs)
 
 

@@ -16,10 +16,9 @@ import torch
 from torch import Tensor
 
 from attnkit.app.export.onnx_export import DECODER_FILE, ENCODER_FILE, read_manifest
-from attnkit.translation.batching import pad_ids, token_batches
 from attnkit.translation.config import TranslationConfig
-from attnkit.translation.decoding import beam_search, greedy_decode
-from attnkit.translation.tokenizer import EOS_ID, SubwordTokenizer
+from attnkit.translation.tokenizer import SubwordTokenizer
+from attnkit.translation.translator import translate_texts
 
 
 @dataclass
@@ -98,20 +97,10 @@ class OrtTranslator:
         self.model = OrtSeq2Seq(folder, manifest, threads)
 
     def translate(self, texts: Sequence[str], beam_size: int | None = None, alpha: float | None = None) -> list[str]:
-        """One translation per sentence, in length-sorted batches like `translate_texts`; beam_size 1 is greedy."""
+        """One translation per sentence, as `Translator.translate` gives it (the same `translate_texts`, the same
+        decoding rules), with the graphs run by ONNX Runtime; beam_size 1 is greedy."""
         texts = [texts] if isinstance(texts, str) else list(texts)
         beam_size = self.config.beam_size if beam_size is None else beam_size
         alpha = self.config.length_penalty if alpha is None else alpha
-        limit = self.config.max_length
-        sources = [ids[:limit - 1] + [EOS_ID] for ids in self.tokenizer.encode_source(texts)]
-        outputs: list[list[int]] = [[] for _ in sources]
-        budget = max(4000 // max(beam_size, 1), limit)
-        for batch in token_batches([(len(s), len(s)) for s in sources], budget, shuffle=False):
-            source = pad_ids([sources[i] for i in batch])  # (batch, source_length)
-            if beam_size == 1:
-                decoded = greedy_decode(self.model, source)
-            else:
-                decoded = [h.tokens for h in beam_search(self.model, source, beam_size=beam_size, alpha=alpha)]
-            for index, tokens in zip(batch, decoded):
-                outputs[index] = tokens
-        return self.tokenizer.decode_target(outputs)
+        return translate_texts(self.model, self.tokenizer, texts, beam_size, alpha, max_length=self.config.max_length,
+                               rules=self.config.decoding)
