@@ -20,6 +20,7 @@ The interface every detector in attnkit shares: `model(images, mask)` with image
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -53,8 +54,9 @@ class MLP(nn.Module):
 
 def detr_transformer(config: DetrConfig) -> Transformer:
     """DETR's encoder-decoder: an encoder norm only when pre-norm, a final decoder norm, all layers returned."""
-    layer = {"d_model": config.hidden_dim, "nhead": config.num_heads, "dim_feedforward": config.dim_feedforward,
-             "dropout": config.dropout, "norm_first": config.pre_norm, "batch_first": True}
+    layer: dict[str, Any] = {"d_model": config.hidden_dim, "nhead": config.num_heads,
+                             "dim_feedforward": config.dim_feedforward, "dropout": config.dropout,
+                             "norm_first": config.pre_norm, "batch_first": True}
     encoder = TransformerEncoder(TransformerEncoderLayer(**layer), max(config.enc_layers, 1),
                                  nn.LayerNorm(config.hidden_dim) if config.pre_norm else None)
     if config.enc_layers == 0:
@@ -103,5 +105,6 @@ def heads_output(logits: Tensor, boxes: Tensor, aux: bool = True) -> DetectionOu
 def build_detr(config: DetrConfig, backbone_weights: Path | None = None) -> DETR:
     """DETR from its config; BACKBONE_WEIGHTS: an optional local pretrained ResNet file."""
     position = PositionEmbeddingSine2D(config.hidden_dim // 2, normalize=True)
-    backbone = Joiner(Backbone(config.backbone, config.dilation, config.frozen_batchnorm, backbone_weights), position)
+    resnet = Backbone(config.backbone, config.dilation, config.frozen_batchnorm, backbone_weights)
+    backbone = Joiner(resnet, position)
     return DETR(backbone, detr_transformer(config), config.num_classes, config.num_queries, config.aux_loss)

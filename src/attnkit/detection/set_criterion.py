@@ -71,6 +71,8 @@ class SetCriterion(nn.Module):
     alone, with one matching and one pass of each loss for all of them.
     """
 
+    class_weight: Tensor  # a buffer: (classes + 1,), the no-object weight last
+
     def __init__(self, num_classes: int, cost: MatchCost = MatchCost(), weights: LossWeights = LossWeights()) -> None:
         super().__init__()
         self.num_classes, self.cost, self.weights = num_classes, cost, weights

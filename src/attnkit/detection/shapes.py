@@ -50,7 +50,8 @@ def write_shapes(out: Path, config: ShapesConfig = ShapesConfig()) -> Path:
     for split, count, offset in (("train", config.train_images, 0), ("val", config.val_images, 1)):
         rng = random.Random(config.seed * 1_000_003 + offset)
         (out / split).mkdir(parents=True, exist_ok=True)
-        images, annotations = [], []
+        images: list[dict[str, object]] = []
+        annotations: list[dict[str, object]] = []  # COCO's records, written as JSON
         for index in range(count):
             image, objects = draw_image(rng, config.image_size, config.max_objects)
             file_name = f"{index:06d}.png"

@@ -44,6 +44,8 @@ class AnchorBoxQueries(nn.Module):
     """Learned anchor boxes; positional queries from their sine embedding; one box head per decoder layer."""
 
     refines = True
+    sine_frequencies: Tensor  # buffers: (d_model / 2,) each
+    sine_phases: Tensor
 
     def __init__(self, num_queries: int, d_model: int, num_layers: int, learned_anchors: bool = True) -> None:
         """learned_anchors=False: the first boxes come from elsewhere (two-stage query selection)."""
@@ -54,22 +56,27 @@ class AnchorBoxQueries(nn.Module):
         self.anchors = nn.Parameter(inverse_sigmoid(anchors)) if learned_anchors else None
         self.position_head = MLP(2 * d_model, d_model, d_model, 2)
         head = MLP(d_model, d_model, 4, 3)
-        nn.init.zeros_(head.layers[-1].weight)
-        nn.init.zeros_(head.layers[-1].bias)
+        last = head.layers[-1]
+        assert isinstance(last, nn.Linear)  # MLP's output layer
+        nn.init.zeros_(last.weight)
+        nn.init.zeros_(last.bias)
         self.bbox_embed = nn.ModuleList(copy.deepcopy(head) for _ in range(num_layers))
         frequencies, phases = sine_frequencies(d_model // 2)
         self.register_buffer("sine_frequencies", frequencies, persistent=False)
         self.register_buffer("sine_phases", phases, persistent=False)
 
     def initial(self, batch: int, queries: int) -> Tensor:
+        assert self.anchors is not None  # only asked of learned anchors; two-stage queries start from proposals
         return self.anchors[:queries].sigmoid().unsqueeze(0).expand(batch, -1, -1)  # (batch, queries, 4)
 
-    def query_pos(self, reference: Tensor, batch: int = 0, queries: int = 0) -> Tensor:
+    def query_pos(self, reference: Tensor | None, batch: int = 0, queries: int = 0) -> Tensor:
+        assert reference is not None  # anchor queries always have boxes (None is LearnedQueries' case)
         embedding = sine_box_embedding(reference, self.sine_frequencies, self.sine_phases)  # (batch, queries, 2d)
         return self.position_head(embedding)  # (batch, queries, d_model)
 
-    def boxes(self, layer: int, hidden: Tensor, reference: Tensor) -> Tensor:
+    def boxes(self, layer: int, hidden: Tensor, reference: Tensor | None) -> Tensor:
         """Eq. 5: this layer's boxes (batch, queries, 4) from its output and the previous layer's boxes."""
+        assert reference is not None  # anchor queries always have boxes
         return (self.bbox_embed[layer](hidden) + inverse_sigmoid(reference)).sigmoid()
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -54,7 +55,7 @@ from attnkit.detection.variants.lite_encoder import LiteEncoder
 from attnkit.detection.variants.multi_scale_features import FlatLevels, LevelProjection, MultiScaleJoiner
 from attnkit.detection.variants.query_groups import group_attention_mask, group_losses, split_groups
 from attnkit.detection.variants.query_selection import EncoderProposals, proposal_losses
-from attnkit.nn import PositionEmbeddingSine2D, TransformerDecoderLayer, TransformerEncoder
+from attnkit.nn import PositionEmbeddingSine2D, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder
 
 
 class DenseEncoder(nn.Module):
@@ -106,6 +107,7 @@ class QueryDecoder(nn.Module):
         x = memory.new_zeros(batch, num_queries, memory.shape[-1])  # DETR's zero content queries
         if denoising is not None:
             x = torch.cat([denoising.content.to(x.dtype), x], 1)
+            assert reference is not None  # denoising needs box_refinement (FastDetrConfig), whose queries have boxes
             reference = torch.cat([denoising.boxes, reference], 1)
         hidden, boxes = [], []
         for index, layer in enumerate(self.layers):
@@ -219,8 +221,11 @@ def build_fast_detr(config: FastDetrConfig, backbone_weights: Path | None = None
     """FastDETR from its config; the technique fields choose the modules."""
     d, levels = config.hidden_dim, config.feature_levels
     position = PositionEmbeddingSine2D(d // 2, normalize=True)
-    backbone = MultiScaleJoiner(Backbone(config.backbone, config.dilation, config.frozen_batchnorm, backbone_weights,
-                                         config.last_stage), position, levels)
+    resnet = Backbone(config.backbone, config.dilation, config.frozen_batchnorm, backbone_weights,
+                      config.last_stage)
+    backbone = MultiScaleJoiner(resnet, position, levels)
+    encoder: nn.Module
+    layers: list[nn.Module]
     if config.deformable_attention:
         sizes = (d, config.num_heads, config.dim_feedforward, config.dropout, levels, config.deformable_points)
         encoder_layers = [DeformableEncoderLayer(*sizes) for _ in range(config.enc_layers)]
@@ -229,8 +234,10 @@ def build_fast_detr(config: FastDetrConfig, backbone_weights: Path | None = None
         layers = [DeformableDecoderLayer(*sizes) for _ in range(config.dec_layers)]
     else:
         transformer = detr_transformer(config)
+        assert isinstance(transformer.encoder, TransformerEncoder)  # detr_transformer's own encoder and decoder
+        assert isinstance(transformer.decoder, TransformerDecoder)
         encoder = DenseEncoder(transformer.encoder)
-        layers = [DenseDecoderLayer(layer) for layer in transformer.decoder.layers]
+        layers = [DenseDecoderLayer(cast(TransformerDecoderLayer, layer)) for layer in transformer.decoder.layers]
     total = config.num_queries * config.query_groups
     queries = (AnchorBoxQueries(total, d, config.dec_layers, learned_anchors=not config.two_stage)
                if config.box_refinement else LearnedQueries(total, d, with_reference=config.deformable_attention))

@@ -50,6 +50,7 @@ def deformable_sampling(value: Tensor, shapes: Sequence[tuple[int, int]], locati
                                 align_corners=False)  # (batch * heads, head_dim, points, queries)
         level_sum = (sampled * weight).sum(2)  # (batch * heads, head_dim, queries)
         output = level_sum if output is None else output + level_sum
+    assert output is not None  # there is at least one level
     return output.view(batch, heads * head_dim, queries).transpose(1, 2).to(dtype)  # (batch, queries, heads * head_dim)
 
 

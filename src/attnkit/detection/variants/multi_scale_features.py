@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -93,10 +93,11 @@ class MultiScaleJoiner(nn.Sequential):
         self.made_levels = levels - len(stages)  # coarser levels, made by `LevelProjection`
         self._kept: dict[tuple, LevelGeometry] = {}
 
-    def forward(self, images: Tensor, mask: Tensor) -> tuple[list[Tensor], LevelGeometry]:
+    def forward(  # type: ignore[override]  # a Sequential for DETR's parameter names, not for its forward
+            self, images: Tensor, mask: Tensor) -> tuple[list[Tensor], LevelGeometry]:
         """images (batch, 3, H, W), mask (batch, H, W) True on padding -> per stage, finest first,
         features (batch, channels, h, w), and the geometry of all levels (the made ones halve the last)."""
-        features = list(self[0].body(images).values())
+        features = list(cast(Backbone, self[0]).body(images).values())
         shapes = [(f.shape[-2], f.shape[-1]) for f in features]
         for _ in range(self.made_levels):  # a 3x3 convolution of stride 2 and padding 1
             shapes.append(((shapes[-1][0] + 1) // 2, (shapes[-1][1] + 1) // 2))
@@ -105,13 +106,14 @@ class MultiScaleJoiner(nn.Sequential):
     def geometry(self, mask: Tensor, shapes: tuple[tuple[int, int], ...]) -> LevelGeometry:
         """The levels' geometry; an unpadded batch's is kept per size and reused (it holds no gradients)."""
         if torch.compiler.is_compiling() or mask.any():
-            return level_geometry(mask, shapes, self[1])
+            return level_geometry(mask, shapes, cast(PositionEmbeddingSine2D, self[1]))
         key = (len(mask), shapes, mask.device, torch.is_inference_mode_enabled())
         geometry = self._kept.get(key)  # one lookup: another thread (a server's) may clear the dict meanwhile
         if geometry is None:
             if len(self._kept) >= 8:  # sizes seen lately; an image stream of many sizes does not grow it
                 self._kept.clear()
-            geometry = self._kept[key] = level_geometry(mask, shapes, self[1], padded=False)
+            geometry = self._kept[key] = level_geometry(mask, shapes, cast(PositionEmbeddingSine2D, self[1]),
+                                                        padded=False)
         return geometry
 
 

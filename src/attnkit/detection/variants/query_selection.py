@@ -34,15 +34,15 @@ ANCHOR_SIDE = 0.05  # the finest level's anchor side, as a fraction of the image
 def token_anchors(levels: FlatLevels) -> tuple[Tensor, Tensor]:
     """Each key's anchor box (batch, keys, 4) cx, cy, w, h in the unpadded image's [0, 1] coordinates, and
     (batch, keys) True where it is usable (not padding, centre inside the image)."""
-    anchors = []
+    per_level = []
     for index, (height, width) in enumerate(levels.shapes):
         ys, xs = torch.meshgrid(torch.arange(height, device=levels.src.device) + 0.5,
                                 torch.arange(width, device=levels.src.device) + 0.5, indexing="ij")
         centres = torch.stack([xs / width, ys / height], -1).flatten(0, 1)  # (h * w, 2) in the padded map
         centres = centres[None] / levels.valid_ratios[:, None, index]  # (batch, h * w, 2) in the unpadded image
         sides = torch.full_like(centres, ANCHOR_SIDE * 2 ** index)
-        anchors.append(torch.cat([centres, sides], -1))
-    anchors = torch.cat(anchors, 1)  # (batch, keys, 4)
+        per_level.append(torch.cat([centres, sides], -1))
+    anchors = torch.cat(per_level, 1)  # (batch, keys, 4)
     usable = ~levels.padding & (anchors[..., :2] < 0.99).all(-1)
     return anchors, usable
 
@@ -64,8 +64,10 @@ class EncoderProposals(nn.Module):
         self.focal = focal
         if focal:
             nn.init.constant_(self.class_embed.bias, PRIOR_BIAS)
-        nn.init.zeros_(self.bbox_embed.layers[-1].weight)
-        nn.init.zeros_(self.bbox_embed.layers[-1].bias)
+        last = self.bbox_embed.layers[-1]
+        assert isinstance(last, nn.Linear)  # MLP's output layer
+        nn.init.zeros_(last.weight)
+        nn.init.zeros_(last.bias)
 
     def forward(self, memory: Tensor, levels: FlatLevels,
                 count: int) -> tuple[Tensor, Tensor | None, Tensor, Tensor]:
