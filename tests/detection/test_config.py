@@ -95,7 +95,9 @@ def test_an_old_detr_run_loads_as_the_papers_model_without_the_technique_fields(
     assert config.train.focal_cost_class == 2.0 and config.train.focal_loss_coef == 2.0
     assert config.class_names == ("disc", "square", "triangle") and config.train.train_scales == (480, 512)
     saved = config.to_dict()["model"]
-    assert saved == {k: v for k, v in OLD_DETR_RUN["model"].items() if k in saved}  # a subset: DETR's fields
+    added = {"num_channels": 3, "backbone_block": "", "backbone_depths": (), "backbone_widths": (),
+             "backbone_stem_width": 64}  # fields added since, at their defaults (a torchvision ResNet, RGB)
+    assert saved == {**{k: v for k, v in OLD_DETR_RUN["model"].items() if k in saved}, **added}  # DETR's fields
     assert saved["arch"] == "detr" and "feature_levels" not in saved
 
 

@@ -1,11 +1,11 @@
 """The CNN backbone of DETR (Carion et al. 2020, section 3.2): a ResNet's stride-32 feature map.
 
-A torchvision ResNet (He et al. 2016) without its pooling and classifier; `body` keeps
-torchvision's layer names (conv1, bn1, layer1..layer4), as facebookresearch/detr's `Backbone`
-does, so `backbone.0.body.*` of a DETR checkpoint loads unchanged. Trained from scratch it uses
-ordinary, trainable BatchNorm; from a pretrained weights file the user supplies, it uses
-FrozenBatchNorm2d (statistics and affine terms fixed) and, as DETR, leaves conv1 and layer1
-frozen. With `dilation` the last stage is dilated (DC5: stride 16). With `last_stage=4` the ResNet
+A ResNet (He et al. 2016; attnkit.detection.resnet: torchvision's, or any depths and widths, 1 or 3
+input channels) without its pooling and classifier; `body` keeps torchvision's layer names (conv1, bn1,
+layer1..layer4), as facebookresearch/detr's `Backbone` does, so `backbone.0.body.*` of a DETR checkpoint
+loads unchanged. Trained from scratch it uses ordinary, trainable BatchNorm; from a pretrained weights file
+the user supplies, it uses FrozenBatchNorm2d (statistics and affine terms fixed) and, as DETR, leaves conv1
+and layer1 frozen. With `dilation` the last stage is dilated (DC5: stride 16). With `last_stage=4` the ResNet
 stops after C4 (stride 16): layer4 is neither built nor run. Nothing is downloaded.
 """
 
@@ -15,33 +15,39 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-import torchvision
 from torch import Tensor, nn
 from torchvision.models._utils import IntermediateLayerGetter
 from torchvision.ops.misc import FrozenBatchNorm2d
 
-from attnkit.errors import CheckpointError
+from attnkit.detection.config import RESNETS, ResNetLayout
+from attnkit.detection.resnet import build_resnet
+from attnkit.errors import CheckpointError, ConfigError
 from attnkit.nn import PositionEmbeddingSine2D
 
 
 class Backbone(nn.Module):
-    """images (batch, 3, height, width) -> features (batch, channels, height / stride, width / stride)."""
+    """images (batch, channels, height, width) -> features (batch, channels, height / stride, width / stride).
 
-    def __init__(self, name: str, dilation: bool = False, frozen_batchnorm: bool = False,
+    RESNET: a named torchvision ResNet ("resnet50", config.RESNETS) or any layout (attnkit.detection.resnet).
+    """
+
+    def __init__(self, resnet: str | ResNetLayout, dilation: bool = False, frozen_batchnorm: bool = False,
                  weights: Path | None = None, last_stage: int = 5) -> None:
         super().__init__()
         frozen_batchnorm = frozen_batchnorm or weights is not None
         norm_layer = FrozenBatchNorm2d if frozen_batchnorm else nn.BatchNorm2d
-        resnet = getattr(torchvision.models, name)(weights=None, norm_layer=norm_layer,
-                                                   replace_stride_with_dilation=[False, False, dilation])
+        layout = RESNETS[resnet] if isinstance(resnet, str) else resnet
+        if dilation and layout.block == "basic":
+            raise ConfigError("dilation (DC5) needs a bottleneck ResNet; this one has basic blocks")
+        network = build_resnet(layout, norm_layer, dilate_last=dilation)
         if weights is not None:
-            load_resnet_weights(resnet, Path(weights))
+            load_resnet_weights(network, Path(weights))
         if frozen_batchnorm:  # a pretrained backbone: conv1 and layer1 stay as they are (DETR)
-            for parameter_name, parameter in resnet.named_parameters():
+            for parameter_name, parameter in network.named_parameters():
                 if not parameter_name.startswith(("layer2", "layer3", "layer4")):
                     parameter.requires_grad_(False)
         # the layers after the returned one are dropped (C5 = layer4, C4 = layer3)
-        self.body = IntermediateLayerGetter(resnet, return_layers={f"layer{last_stage - 1}": "0"})
+        self.body = IntermediateLayerGetter(network, return_layers={f"layer{last_stage - 1}": "0"})
         self.num_channels = stage_channels(self.body, f"layer{last_stage - 1}")
         self.stride = 16 if dilation or last_stage == 4 else 32
 
@@ -107,7 +113,7 @@ class Joiner(nn.Sequential):
         self.num_channels = backbone.num_channels
 
     def forward(self, images: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """images (batch, 3, H, W), mask (batch, H, W) True on padding -> features (batch, channels, h, w),
+        """images (batch, channels, H, W), mask (batch, H, W) True on padding -> features (batch, channels, h, w),
         the mask at feature resolution (batch, h, w) and positions (batch, hidden, h, w)."""
         features = self[0](images)
         mask = F.interpolate(mask[None].float(), size=features.shape[-2:])[0].bool()  # (batch, h, w)

@@ -14,7 +14,26 @@ from typing import Any, ClassVar, Literal
 from attnkit import overrides
 from attnkit.errors import ConfigError
 
-BACKBONES = ("resnet18", "resnet34", "resnet50", "resnet101")
+BACKBONES = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet")  # "resnet": the backbone_* fields' layout
+
+
+@dataclass(frozen=True)
+class ResNetLayout:
+    """A ResNet's shape (He et al. 2016, Table 1): block type, blocks per stage (conv2_x..conv5_x), each stage's
+    output channels, the stem's (conv1) channels and the image's. A bottleneck's 3x3 convolution has a quarter
+    of its block's output channels (torchvision's, timm's and transformers' ResNets alike)."""
+    block: Literal["basic", "bottleneck"]
+    depths: tuple[int, ...]
+    widths: tuple[int, ...]
+    stem_width: int = 64
+    in_channels: int = 3
+
+
+# torchvision's named ResNets (torchvision.models.resnet18, ...): widths 64 * 2^i, x4 for bottlenecks
+RESNETS = {"resnet18": ResNetLayout("basic", (2, 2, 2, 2), (64, 128, 256, 512)),
+           "resnet34": ResNetLayout("basic", (3, 4, 6, 3), (64, 128, 256, 512)),
+           "resnet50": ResNetLayout("bottleneck", (3, 4, 6, 3), (256, 512, 1024, 2048)),
+           "resnet101": ResNetLayout("bottleneck", (3, 4, 23, 3), (256, 512, 1024, 2048))}
 
 
 @dataclass(frozen=True)
@@ -22,7 +41,12 @@ class DetrConfig:
     """The paper's detector; the defaults are DETR-R50 (hidden 256, 8 heads, 6+6 layers, d_ff 2048, 100 queries)."""
     arch: ClassVar[str] = "detr"  # a key of MODEL_CONFIGS and of attnkit.detection.architectures.ARCHITECTURES
     num_classes: int = 91  # real classes; the dataset's at training time ("no object" is added)
-    backbone: str = "resnet50"
+    backbone: str = "resnet50"  # a named ResNet (RESNETS), or "resnet": the backbone_* fields below
+    backbone_block: str = ""  # with backbone "resnet": "basic" or "bottleneck"
+    backbone_depths: tuple[int, ...] = ()  # with backbone "resnet": blocks in each of the 4 stages
+    backbone_widths: tuple[int, ...] = ()  # with backbone "resnet": each stage's output channels
+    backbone_stem_width: int = 64  # with backbone "resnet": conv1's output channels
+    num_channels: int = 3  # image channels: 3 (RGB) or 1 (greyscale)
     dilation: bool = False  # DC5: dilate the last stage, stride 16 instead of 32
     frozen_batchnorm: bool = False  # True when the backbone starts from pretrained weights
     hidden_dim: int = 256
@@ -36,10 +60,16 @@ class DetrConfig:
     aux_loss: bool = True  # a loss after every decoder layer (section 3.2)
 
     def __post_init__(self) -> None:
+        for name in ("backbone_depths", "backbone_widths"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))  # config.json holds lists
         if self.backbone not in BACKBONES:
             raise ConfigError(f"backbone must be one of {', '.join(BACKBONES)}, got {self.backbone!r}")
-        if self.dilation and self.backbone in ("resnet18", "resnet34"):
-            raise ConfigError(f"dilation (DC5) needs a bottleneck ResNet (resnet50 or resnet101), got {self.backbone}")
+        self._check_backbone_layout()
+        if self.num_channels not in (1, 3):
+            raise ConfigError(f"num_channels must be 3 (RGB) or 1 (greyscale), got {self.num_channels}")
+        if self.dilation and self.resnet_layout.block == "basic":
+            raise ConfigError(f"dilation (DC5) needs a bottleneck ResNet (resnet50 or resnet101), got {self.backbone}"
+                              + (" with basic blocks" if self.backbone == "resnet" else ""))
         for name in ("num_classes", "hidden_dim", "enc_layers", "dec_layers", "dim_feedforward", "num_queries",
                      "num_heads"):
             if getattr(self, name) < (0 if name == "enc_layers" else 1):
@@ -49,6 +79,34 @@ class DetrConfig:
                               f"({self.num_heads})")
         if not 0 <= self.dropout < 1:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+
+    def _check_backbone_layout(self) -> None:
+        """The backbone_* fields describe the layout of backbone "resnet" and are left unset for a named one."""
+        given = self.backbone_block or self.backbone_depths or self.backbone_widths or self.backbone_stem_width != 64
+        if self.backbone != "resnet":
+            if given:
+                raise ConfigError(f"backbone_block, backbone_depths, backbone_widths and backbone_stem_width "
+                                  f"describe backbone 'resnet'; {self.backbone} has its own")
+            return
+        if self.backbone_block not in ("basic", "bottleneck"):
+            raise ConfigError(f"backbone_block must be basic or bottleneck, got {self.backbone_block!r}")
+        if len(self.backbone_depths) != 4 or len(self.backbone_widths) != 4:
+            raise ConfigError(f"backbone_depths and backbone_widths need one value per stage (4 stages), got "
+                              f"{list(self.backbone_depths)} and {list(self.backbone_widths)}")
+        if min(*self.backbone_depths, *self.backbone_widths, self.backbone_stem_width) < 1:
+            raise ConfigError(f"backbone_depths, backbone_widths and backbone_stem_width must be positive, got "
+                              f"{list(self.backbone_depths)}, {list(self.backbone_widths)}, {self.backbone_stem_width}")
+        if self.backbone_block == "bottleneck" and min(self.backbone_widths) < 4:
+            raise ConfigError(f"a bottleneck's 3x3 convolution has a quarter of its channels: backbone_widths must "
+                              f"be at least 4, got {list(self.backbone_widths)}")
+
+    @property
+    def resnet_layout(self) -> ResNetLayout:
+        """The backbone's layout: the named ResNet's, or the backbone_* fields' (backbone "resnet")."""
+        if self.backbone == "resnet":
+            return ResNetLayout(self.backbone_block, self.backbone_depths, self.backbone_widths,  # type: ignore[arg-type]
+                                self.backbone_stem_width, self.num_channels)
+        return replace(RESNETS[self.backbone], in_channels=self.num_channels)
 
 
 @dataclass(frozen=True)
