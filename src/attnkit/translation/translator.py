@@ -31,11 +31,11 @@ def translate_texts(model: TranslationModel | EncoderDecoder, tokenizer: Subword
 
     MODEL: a PyTorch model, or any other implementation of the decoding protocol (the ONNX Runtime
     graphs). Sources are cut to `max_length` tokens with </s>; RULES are the searches' (decoding.DecodingConfig)."""
-    is_module = isinstance(model, torch.nn.Module)
-    device = next(model.parameters()).device if is_module else torch.device("cpu")
-    was_training = is_module and model.training
-    if is_module:
-        model.eval()
+    module = model if isinstance(model, torch.nn.Module) else None
+    device = next(module.parameters()).device if module is not None else torch.device("cpu")
+    was_training = module is not None and module.training
+    if module is not None:
+        module.eval()
     sources = [ids[:max_length - 1] + [EOS_ID] for ids in tokenizer.encode_source(texts)]
     outputs: list[list[int]] = [[] for _ in sources]
     budget = max(max_tokens // max(beam_size, 1), max_length)
@@ -47,8 +47,8 @@ def translate_texts(model: TranslationModel | EncoderDecoder, tokenizer: Subword
             decoded = [h.tokens for h in beam_search(model, source, beam_size=beam_size, alpha=alpha, rules=rules)]
         for index, tokens in zip(batch, decoded):
             outputs[index] = tokens
-    if is_module:
-        model.train(was_training)
+    if module is not None:
+        module.train(was_training)
     return tokenizer.decode_target(outputs)
 
 
