@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
-import numpy as np
 import torch
 
+from attnkit.app.export.onnx_export import DETECTOR_FILE, read_manifest
 from attnkit.detection.config import DetectionConfig
 from attnkit.detection.pipeline import DetectionPipeline, Detections, ImageInput
-from attnkit.app.export.onnx_export import DETECTOR_FILE, read_manifest
 
 
 class OrtDetector:
@@ -34,11 +34,12 @@ class OrtDetector:
     def predict(self, images: ImageInput | Sequence[ImageInput], threshold: float = 0.5) -> list[Detections]:
         """Detections with score >= THRESHOLD for each image, most confident first (as `Detector.predict`)."""
         if not isinstance(images, (list, tuple)):
-            images = [images]
+            images = [cast(ImageInput, images)]  # one image
         results = []
         for image in images:
             prepared = self.pipeline.prepare(image)
-            inputs = {"images": prepared.batch.numpy(), "mask": prepared.mask.numpy(), "image_sizes": prepared.size.numpy()}
+            inputs = {"images": prepared.batch.numpy(), "mask": prepared.mask.numpy(),
+                      "image_sizes": prepared.size.numpy()}
             scores, labels, boxes = (torch.from_numpy(a[0]) for a in self.session.run(None, inputs))
             results.append(self.pipeline.select(scores, labels, boxes, threshold)[0])
         return results

@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 import torch
 from torch import Tensor, nn
 
 from attnkit.errors import ConfigError
 from attnkit.nn import DecoderCache, LearnedPositionalEmbedding, SinusoidalPositionalEncoding
-from attnkit.nn.decoder import DecoderLayerCache
+from attnkit.nn.decoder import DecoderLayerCache, TransformerDecoderLayer
 from attnkit.nn.kv_cache import KVCache
 from attnkit.translation.model import Seq2SeqTransformer
 
@@ -35,6 +37,8 @@ MAX_POSITIONS = 1024  # rows of the sinusoid table baked into the graphs (source
 
 class _Embedding(nn.Module):
     """Embedding * sqrt(d_model) + positions, indexed by a positions tensor instead of a Python offset."""
+
+    positions: Tensor | None  # (positions, d_model): a buffer, the learned table, or None (rotary)
 
     def __init__(self, model: Seq2SeqTransformer, table: nn.Embedding) -> None:
         super().__init__()
@@ -66,9 +70,11 @@ class EncoderGraph(nn.Module):
         x = self.embed(source, positions)  # (batch, source, d_model)
         memory = self.model.transformer.encode(x, src_key_padding_mask=source_padding_mask)
         keys, values = [], []
-        for layer in self.model.transformer.decoder.layers:
+        layers = cast("Sequence[TransformerDecoderLayer]", self.model.transformer.decoder.layers)  # the model's own
+        for layer in layers:
             cache = KVCache(static=True)
             layer.multihead_attn._project(memory[:, :1], memory, memory, cache, "kv")  # fills W^K m, W^V m
+            assert cache.key is not None and cache.value is not None  # filled just above
             keys.append(cache.key)
             values.append(cache.value)
         return torch.stack(keys), torch.stack(values)  # (layers, batch, heads, source, head_dim)
@@ -91,8 +97,8 @@ class DecoderStepGraph(nn.Module):
         hidden = self.model.transformer.decode(y, memory, memory_key_padding_mask=source_padding_mask,
                                                tgt_is_causal=True, cache=cache)  # (batch, 1, d_model)
         logits = self.model._project(hidden[:, -1])  # (batch, vocab)
-        present_keys = torch.stack([layer.self_attn.key for layer in cache.layers])
-        present_values = torch.stack([layer.self_attn.value for layer in cache.layers])
+        present_keys = torch.stack([cast(Tensor, layer.self_attn.key) for layer in cache.layers])  # decode filled them
+        present_values = torch.stack([cast(Tensor, layer.self_attn.value) for layer in cache.layers])
         return logits, present_keys, present_values  # (layers, batch, heads, past + 1, head_dim)
 
 
