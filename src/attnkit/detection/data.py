@@ -96,6 +96,15 @@ def load_annotations(path: Path, keep_raw: bool = True, skip_bad: bool = False) 
         raise DataError(f"{path}: annotation file not found") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise DataError(f"{path}: not valid JSON ({error})") from None
+    return parse_annotations(path, raw, keep_raw, skip_bad)
+
+
+def parse_annotations(path: Path, raw: Any, keep_raw: bool = True, skip_bad: bool = False) -> CocoAnnotations:
+    """`load_annotations` of a COCO instances document already in memory (PATH: the file messages name).
+
+    The readers of other layouts (`attnkit.detection.layouts`) translate their files into this
+    document and parse it here, so that every layout gives the same records.
+    """
     if not isinstance(raw, dict):
         raise DataError(f"{path}: expected a JSON object with images, annotations and categories")
     for key in ("images", "annotations", "categories"):

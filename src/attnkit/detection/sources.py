@@ -1,8 +1,8 @@
-"""Where detection data comes from: the built-in `shapes` (written into the run folder) or a COCO-layout folder.
+"""Where detection data comes from: the built-in `shapes` (written into the run folder) or a dataset folder.
 
-`--data shapes` writes the dataset once under RUN/data/shapes; `--data DIR` is a COCO-layout
-folder (`train2017/`, `annotations/instances_train2017.json`, or the same without the year);
-`--images DIR --annotations FILE` name one split explicitly.
+`--data shapes` writes the dataset once under RUN/data/shapes; `--data DIR` is a folder in any
+layout `attnkit.detection.layouts` finds (COCO, YOLO, Pascal VOC); `--images DIR --annotations
+FILE` name one COCO split explicitly.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 from attnkit.detection.bad_images import drop_images, find_unreadable, skipped_summary
-from attnkit.detection.data import CocoDetection, load_annotations, resolve_coco
+from attnkit.detection.data import CocoDetection
+from attnkit.detection.layouts import SplitSource, find_layout, read_split
 from attnkit.detection.shapes import ShapesConfig, write_shapes
 from attnkit.errors import ConfigError, DataError
 
@@ -20,24 +21,25 @@ EXPLICIT = "explicit"  # the run config's `data` when the user named --images/--
 
 
 def split_paths(data: str | None, split: str, run: Path, shapes: ShapesConfig,
-                images: Path | None = None, annotations: Path | None = None) -> tuple[Path, Path]:
-    """(images folder, annotation file) of SPLIT, from --images/--annotations, `shapes` or a folder."""
+                images: Path | None = None, annotations: Path | None = None) -> SplitSource:
+    """Where SPLIT's images and annotations are, from --images/--annotations, `shapes` or a dataset folder."""
     if images is not None or annotations is not None:
         if images is None or annotations is None:
             raise ConfigError("--images and --annotations go together")
-        return Path(images), Path(annotations)
+        return SplitSource("coco", Path(images), Path(annotations), split)
     if data is None:
-        raise ConfigError("say which data: --data shapes, --data DIR (COCO layout), or --images and --annotations")
+        raise ConfigError("say which data: --data shapes, --data DIR (COCO, YOLO or VOC layout), or --images and "
+                          "--annotations")
     if data == EXPLICIT:
         raise ConfigError("this run was trained on --images/--annotations; give them (and --val-images/"
                           "--val-annotations) again, or --data")
     if data == "shapes":
         root = write_shapes(Path(run) / "data" / "shapes", shapes)
-        return resolve_coco(root, split)
-    return resolve_coco(Path(data), split)
+        return find_layout(root).source(split)
+    return find_layout(Path(data)).source(split)
 
 
-def open_split(paths: tuple[Path, Path], transforms, for_evaluation: bool = True, skip_bad: bool = False,
+def open_split(paths: SplitSource | tuple[Path, Path], transforms, for_evaluation: bool = True, skip_bad: bool = False,
                unreadable: dict[int, str] | None = None) -> CocoDetection:
     """The dataset of one split, with its annotation report printed (crowd objects, dropped boxes).
 
@@ -45,11 +47,12 @@ def open_split(paths: tuple[Path, Path], transforms, for_evaluation: bool = True
     the images that cannot be read (`attnkit.detection.bad_images`); `unreadable`: those already
     found in the same images (the training split, when it is also the validation split).
     """
-    images, annotation_file = paths
-    if not images.is_dir():
-        raise ConfigError(f"{images}: image folder not found")
-    coco = load_annotations(annotation_file, keep_raw=for_evaluation, skip_bad=skip_bad)
-    dataset = CocoDetection(images, coco, transforms)
+    source = paths if isinstance(paths, SplitSource) else SplitSource("coco", Path(paths[0]), Path(paths[1]), "")
+    if not source.images.is_dir():
+        raise ConfigError(f"{source.images}: image folder not found")
+    coco = read_split(source, keep_raw=for_evaluation, skip_bad=skip_bad)
+    annotation_file = coco.path
+    dataset = CocoDetection(source.images, coco, transforms)
     if skip_bad:
         _drop_unreadable(dataset, unreadable)
     empty = sum(1 for r in coco.records if len(r.labels) == 0)

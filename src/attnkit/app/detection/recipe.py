@@ -27,8 +27,9 @@ from attnkit.app.interop.finetune import InitWeights, init_weights
 from attnkit.detection.architectures import build_criterion, build_model
 from attnkit.detection.bad_images import skipped_summary, write_skipped
 from attnkit.detection.config import DetectionConfig, check_kept, override, preset
-from attnkit.detection.data import CocoAnnotations, CocoDetection, load_annotations
+from attnkit.detection.data import CocoAnnotations, CocoDetection
 from attnkit.detection.evaluate import evaluate_detector
+from attnkit.detection.layouts import read_split
 from attnkit.detection.shapes import CLASSES, ShapesConfig
 from attnkit.detection.sources import EXPLICIT, open_split, split_paths
 from attnkit.detection.transforms import collate, eval_transforms, train_transforms
@@ -124,8 +125,8 @@ def resolve_config(request: DetectionRequest, init: Path | None) -> DetectionCon
         names, ids = tuple(CLASSES), tuple(range(1, len(CLASSES) + 1))
         source, shapes_fields = "shapes", asdict(shapes)
     else:
-        coco = load_annotations(split_paths(request.data, "train", out, shapes, *request.train_paths)[1],
-                                keep_raw=False, skip_bad=request.skip_bad_images)
+        coco = read_split(split_paths(request.data, "train", out, shapes, *request.train_paths),
+                          keep_raw=False, skip_bad=request.skip_bad_images)
         names, ids, shapes_fields = tuple(coco.names), tuple(coco.category_ids), {}
         source = str(request.data) if request.train_paths[0] is None else EXPLICIT
     frozen = config.model.frozen_batchnorm if init is not None else request.backbone_weights is not None
