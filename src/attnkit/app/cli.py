@@ -14,7 +14,7 @@ app = typer.Typer(name="attnkit", no_args_is_help=True, add_completion=False, pr
                   help="Attention models end to end: the Transformer for translation, DETR for detection.")
 train_app = typer.Typer(no_args_is_help=True, help="Train a model; writes a run folder.")
 eval_app = typer.Typer(no_args_is_help=True, help="Evaluate a run folder on a dataset.")
-data_app = typer.Typer(no_args_is_help=True, help="Write a built-in dataset to a folder.")
+data_app = typer.Typer(no_args_is_help=True, help="Write a built-in dataset; check or convert a dataset folder.")
 app.add_typer(train_app, name="train")
 app.add_typer(eval_app, name="eval")
 app.add_typer(data_app, name="data")
@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "attnkit.app.interop.commands",
     "attnkit.app.serve.commands",
     "attnkit.app.export.commands",
+    "attnkit.app.detection.data_commands",
 ]
 
 

@@ -11,7 +11,8 @@ from attnkit.app.cli import app, data_app, eval_app, train_app
 from attnkit.app.devices import resolve_device
 from attnkit.errors import ConfigError, user_errors
 
-DATA_HELP = "shapes (built in) or a COCO-layout folder (train2017/, val2017/, annotations/instances_*.json)."
+DATA_HELP = ("shapes (built in) or a dataset folder, its layout found: COCO (train2017/, val2017/, "
+             "annotations/instances_*.json), YOLO (data.yaml) or Pascal VOC (Annotations/, JPEGImages/, ImageSets/).")
 
 
 @train_app.command("detection")
