@@ -68,7 +68,8 @@ def time_it(impl: str, length: int, args, device: str, dtype: torch.dtype, backw
 def peak_memory_mib(impl: str, length: int, args, device: str, dtype: torch.dtype) -> float:
     if device == "cuda":
         module = build(impl, args.d_model, args.heads, device, dtype).train()
-        x = torch.randn(max(1, args.tokens // length), length, args.d_model, device=device, dtype=dtype, requires_grad=True)
+        x = torch.randn(max(1, args.tokens // length), length, args.d_model, device=device, dtype=dtype,
+                        requires_grad=True)
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()

@@ -35,9 +35,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from attnkit.app.detection.recipe import criterion_of
 from attnkit.detection.architectures import build_model as build_detector
 from attnkit.detection.config import DetectionConfig, preset as detection_preset, with_arch
-from attnkit.app.detection.recipe import criterion_of
 from attnkit.nn import MultiHeadAttention, reference_attention, scaled_dot_product_attention
 from attnkit.training.fused_optimizer import fused_options
 
@@ -116,7 +116,7 @@ def check_attention(device: torch.device, quick: bool) -> None:
     for backend_name, backend in BACKENDS.items():
         for name in ("bf16", "fp16") if device.type == "cuda" else ("fp32",):
             cells = []
-            for case, kwargs in cases.items():
+            for kwargs in cases.values():
                 expected, _ = reference_attention(q, k, v, **kwargs)
                 inputs = [t.to(DTYPES[name]).detach().clone().requires_grad_() for t in (q, k, v)]
                 try:
@@ -220,9 +220,9 @@ def check_detection(device: torch.device, quick: bool) -> None:
 
 def check_loading(device: torch.device, quick: bool, out: Path) -> None:
     """`shapes` training batches through 4 pinned-memory workers against the main process."""
+    from attnkit.app.detection.recipe import EpochBatches, epoch_refs, load_batch
     from attnkit.detection.shapes import ShapesConfig
     from attnkit.detection.sources import open_split, split_paths
-    from attnkit.app.detection.recipe import EpochBatches, epoch_refs, load_batch
     from attnkit.detection.transforms import train_transforms
 
     images = 64 if quick else 512
@@ -261,8 +261,8 @@ def time_detector_inference(device: torch.device, quick: bool) -> None:
         images, mask, _ = random_batch(batch, size, config.num_classes, device)
         for dtype in ("fp32", "bf16"):
             with torch.inference_mode(), autocast(device, dtype):
-                ms = median_ms({arch: (lambda m=m: m(images, mask)) for arch, m in models.items()},
-                               3 if quick else 20, device)
+                calls = {arch: (lambda m=m, images=images, mask=mask: m(images, mask)) for arch, m in models.items()}
+                ms = median_ms(calls, 3 if quick else 20, device)
             print(f"| {name}, {size} px, {batch} | {dtype} | {ms['detr']:.1f} | {ms['fast']:.1f} | "
                   f"{ms['detr'] / ms['fast']:.2f}x |", flush=True)
 

@@ -30,12 +30,11 @@ from dataclasses import replace
 
 import torch
 
+from attnkit.app.detection.recipe import criterion_of
 from attnkit.detection.architectures import build_model
 from attnkit.detection.config import DetectionConfig, preset, with_arch
-from attnkit.app.detection.recipe import criterion_of
 from attnkit.detection.variants.multi_scale_deformable_attention import MultiScaleDeformableAttention
 from attnkit.training.fused_optimizer import fused_options
-
 
 LAYOUTS = {"nchw": torch.contiguous_format, "cl": torch.channels_last}
 
@@ -141,7 +140,7 @@ def last_stage_costs(repeats: int) -> None:
     for batch in (1, 8):
         images = torch.randn(batch, 3, 96, 96)
         with torch.inference_mode():
-            ms = median_ms(calls, lambda run: run(images), repeats)
+            ms = median_ms(calls, lambda run, images=images: run(images), repeats)
         print(f"ResNet-18, eval, 96 px, batch {batch}, ms: " + ", ".join(f"{k} {v:.2f}" for k, v in ms.items()))
     small, train = preset("small")
     small = replace(small, num_classes=5)

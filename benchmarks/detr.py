@@ -138,7 +138,7 @@ def inference_speed(size: int, images: int, warmup: int, device: torch.device) -
                "transformers": (huggingface_r50().to(device),
                                 lambda m: m(pixel_values=pixels, pixel_mask=(~mask).long()))}
     times: dict[str, list[float]] = {name: [] for name in runners}
-    for name, (model, call) in runners.items():
+    for model, call in runners.values():
         for _ in range(warmup):
             call(model)
     for _ in range(images):

@@ -22,6 +22,8 @@ from torch.utils.flop_counter import FlopCounterMode
 from attnkit.translation.config import build_model, preset
 from attnkit.translation.losses import label_smoothed_cross_entropy
 
+CPU = torch.device("cpu")
+
 
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
@@ -41,14 +43,14 @@ def best_seconds(call: Callable[[], object], repeats: int, device: torch.device)
     return best
 
 
-def matmul_peak(size: int, repeats: int, device: torch.device = torch.device("cpu"),
+def matmul_peak(size: int, repeats: int, device: torch.device = CPU,
                 dtype: torch.dtype = torch.float32) -> float:
     """FLOP/s of the fastest of REPEATS (size x size) @ (size x size) products."""
     a, b = (torch.randn(size, size, device=device, dtype=dtype) for _ in range(2))
     return 2 * size**3 / best_seconds(lambda: a @ b, repeats, device)
 
 
-def training_step(name: str, batch: int, length: int, device: torch.device = torch.device("cpu"), bf16: bool = False,
+def training_step(name: str, batch: int, length: int, device: torch.device = CPU, bf16: bool = False,
                   vocab: int | None = None, fused: bool = False) -> tuple[Callable[[], None], float]:
     """One Adam step of preset NAME on random (batch, length) ids (vocabulary: the preset's, or VOCAB), under
     bf16 autocast if BF16, fused Adam if FUSED; returns the step and its FLOPs (counted by running it once)."""

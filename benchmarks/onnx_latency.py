@@ -32,9 +32,9 @@ def median_ms(call, repeats: int) -> float:
 
 
 def detection_rows(run: Path, folder: Path, repeats: int) -> list[str]:
-    from attnkit.detection.detector import Detector
     from attnkit.app.export.onnx_export import export_run
     from attnkit.app.export.ort_detector import OrtDetector
+    from attnkit.detection.detector import Detector
 
     export_run(run, folder)
     image = Image.fromarray((torch.rand(480, 640, 3) * 255).to(torch.uint8).numpy())
@@ -54,7 +54,8 @@ def translation_rows(run: Path, folder: Path, repeats: int) -> list[str]:
     text = ["one two three four five six seven"]
     torch_model, ort_model = Translator.from_run(run, device="cpu"), OrtTranslator(folder)
     same = torch_model.translate(text, beam_size=1) == ort_model.translate(text, beam_size=1)
-    return [f"| translation, one sentence, greedy | {median_ms(lambda: torch_model.translate(text, beam_size=1), repeats):.1f} | "
+    return [f"| translation, one sentence, greedy "
+            f"| {median_ms(lambda: torch_model.translate(text, beam_size=1), repeats):.1f} | "
             f"{median_ms(lambda: ort_model.translate(text, beam_size=1), repeats):.1f} | same output: {same} |"]
 
 

@@ -38,10 +38,10 @@ from typing import Any
 
 import torch
 
+from attnkit.app.translation.recipe import resolve_amp
 from attnkit.translation.config import TranslationConfig, build_model, preset, with_architecture
 from attnkit.translation.data import Corpus, ReadReport, SentencePair
 from attnkit.translation.decoding import greedy_decode
-from attnkit.app.translation.recipe import resolve_amp
 from attnkit.translation.tokenizer import EOS_ID, PAD_ID
 
 ARCHS = ("transformer", "rnn")
@@ -88,10 +88,10 @@ def train_and_score(config: TranslationConfig, splits: dict[str, Corpus], minute
                     device: torch.device, test_sentences: int, beam_size: int) -> dict[str, Any]:
     """Train for `minutes` as `attnkit train translation` does (no validation before the end), then score the
     test split; throughput from the run's metrics.jsonl."""
+    from attnkit.app.translation.recipe import train_run
     from attnkit.training import Budget
     from attnkit.translation.batching import make_examples
     from attnkit.translation.evaluate import score
-    from attnkit.app.translation.recipe import train_run
     from attnkit.translation.translator import Translator
 
     config = dataclasses.replace(config, eval_every_minutes=100 * minutes)  # evaluate and checkpoint only at the end
@@ -231,7 +231,8 @@ def _available_mib(device: torch.device) -> float:
         return next(int(line.split()[1]) for line in info if line.startswith("MemAvailable:")) / 1024
 
 
-def length_sweep(configs: dict[str, TranslationConfig], args, device: torch.device, folder: Path) -> list[dict[str, Any]]:
+def length_sweep(configs: dict[str, TranslationConfig], args, device: torch.device,
+                 folder: Path) -> list[dict[str, Any]]:
     """Every (part, arch, length) in a fresh process, shortest first; a length whose predicted cost (4x the last
     point's: quadratic) is over the limits is skipped, and so are the longer ones."""
     rows, memory_limit = [], args.memory_fraction * _available_mib(device)
@@ -264,7 +265,8 @@ def length_sweep(configs: dict[str, TranslationConfig], args, device: torch.devi
 def crossover(rows: list[dict[str, Any]], part: str) -> str:
     """Where the Transformer's forward+backward becomes slower than the RNN's, in words."""
     times = {(r["arch"], r["length"]): r["ms"] for r in rows if r["part"] == part and "ms" in r}
-    lengths = sorted({length for arch, length in times if (("rnn", length) in times and ("transformer", length) in times)})
+    lengths = sorted({length for arch, length in times
+                      if (("rnn", length) in times and ("transformer", length) in times)})
     if not lengths:
         return "not measured at any common length"
     measured = f"at {lengths[0]}" if len(lengths) == 1 else f"at every length measured ({lengths[0]} to {lengths[-1]})"
@@ -301,8 +303,9 @@ def print_tables(results: dict[str, Any]) -> None:
         print("| arch | tokens/s | s/epoch | epochs | steps | train loss | exact match % | BLEU | chrF | example |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
         for arch, r in rows.items():
-            print(f"| {arch} | {r['tokens_per_s']:,.0f} | {r['epoch_seconds']:.1f} | {r['epochs']:.2f} | {r['steps']} | "
-                  f"{r['train_loss']:.3f} | {r['exact_match']:.1f} | {r['bleu']:.1f} | {r['chrf']:.1f} | {r['example']} |")
+            print(f"| {arch} | {r['tokens_per_s']:,.0f} | {r['epoch_seconds']:.1f} | {r['epochs']:.2f} "
+                  f"| {r['steps']} | {r['train_loss']:.3f} | {r['exact_match']:.1f} | {r['bleu']:.1f} "
+                  f"| {r['chrf']:.1f} | {r['example']} |")
     if results.get("decoding"):
         print(f"\n### 2: greedy decoding latency (ms), {SOURCE_LENGTH}-token source, cached\n")
         print("| batch | output length | transformer ms | rnn ms | transformer / rnn |\n|---:|---:|---:|---:|---:|")
@@ -316,7 +319,8 @@ def print_tables(results: dict[str, Any]) -> None:
         cells = {(r["part"], r["arch"], r["length"]): r for r in results["lengths"]}
         for part, length in sorted({(p, n) for p, _, n in cells}, key=lambda k: (PARTS.index(k[0]), k[1])):
             t, r = cells.get((part, "transformer", length), {}), cells.get((part, "rnn", length), {})
-            print(f"| {part} | {length} | {_cell(t, 'ms')} | {_cell(r, 'ms')} | {_cell(t, 'peak_mib')} | {_cell(r, 'peak_mib')} |")
+            print(f"| {part} | {length} | {_cell(t, 'ms')} | {_cell(r, 'ms')} | {_cell(t, 'peak_mib')} "
+                  f"| {_cell(r, 'peak_mib')} |")
     print("\n### Conclusion (computed from the numbers above)\n")
     for line in conclusion(results):
         print(f"- {line}")
@@ -350,8 +354,8 @@ def conclusion(results: dict[str, Any]) -> list[str]:
                          f"longest input run within the limits: {longest_input(results['lengths'], part)}.")
     for task, rows in results.get("quality", {}).items():
         t, r = rows["transformer"], rows["rnn"]
-        lines.append(f"Quality on {task} after the same training time: exact match {t['exact_match']:.1f}% (Transformer) "
-                     f"vs {r['exact_match']:.1f}% (RNN), BLEU {t['bleu']:.1f} vs {r['bleu']:.1f}.")
+        lines.append(f"Quality on {task} after the same training time: exact match {t['exact_match']:.1f}% "
+                     f"(Transformer) vs {r['exact_match']:.1f}% (RNN), BLEU {t['bleu']:.1f} vs {r['bleu']:.1f}.")
     return lines
 
 
@@ -411,7 +415,8 @@ def run_all(args) -> dict[str, Any]:
     device = torch.device(args.device)
     configs = matched_configs(args.preset, args.amp)
     data = {"numbers:de": load_splits("numbers:de", needed=("train", "valid", "test")), "reverse": reversal_splits()}
-    results: dict[str, Any] = {"setup": {"preset": args.preset, "device": str(device), "threads": torch.get_num_threads(),
+    results: dict[str, Any] = {"setup": {"preset": args.preset, "device": str(device),
+                                         "threads": torch.get_num_threads(),
                                          "minutes": args.minutes, "beam_size": args.beam_size,
                                          "length_batch": args.length_batch, "quick": args.quick,
                                          "training_precision": resolve_amp(configs["transformer"].amp, device)},
@@ -465,7 +470,8 @@ def main() -> None:
                         help="autocast in training and item 3 (auto: bf16 on CUDA and bf16-capable CPUs, as training)")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's; 1 with "
                                                                    "--quick, which only checks that everything runs)")
-    parser.add_argument("--minutes", type=float, default=None, help="training time per architecture and task (default 5)")
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="training time per architecture and task (default 5)")
     parser.add_argument("--beam-size", type=int, default=None, help="beam for the test translations (default 4)")
     parser.add_argument("--test-sentences", type=int, default=None, help="test sentences scored (default 500)")
     parser.add_argument("--eval-sentences", type=int, default=None, help="validation sentences at the end of training")

@@ -41,9 +41,10 @@ from pathlib import Path
 
 import torch
 
-from attnkit.training import Budget
-
+from attnkit.app.translation.commands import score_corpus
+from attnkit.app.translation.recipe import prepare, resolve_amp, train_run
 from attnkit.storage import RunFolder
+from attnkit.training import Budget
 from attnkit.training.fused_optimizer import fused_options
 from attnkit.translation.batching import collate, make_examples, token_batches
 from attnkit.translation.config import TranslationConfig, preset
@@ -52,10 +53,8 @@ from attnkit.translation.decoding import greedy_decode
 from attnkit.translation.losses import label_smoothed_cross_entropy
 from attnkit.translation.model import Seq2SeqTransformer
 from attnkit.translation.numbers import numbers_splits
-from attnkit.app.translation.recipe import prepare, resolve_amp, train_run
 from attnkit.translation.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from attnkit.translation.translator import Translator
-from attnkit.app.translation.commands import score_corpus
 
 
 # ---------------------------------------------------------------- (a) and (c): quality against time
@@ -127,8 +126,9 @@ class Marian(torch.nn.Module):
         m = config.model
         self.model = MarianMTModel(MarianConfig(
             vocab_size=m.target_vocab_size, decoder_vocab_size=m.target_vocab_size, d_model=m.d_model,
-            encoder_layers=m.num_encoder_layers, decoder_layers=m.num_decoder_layers, encoder_attention_heads=m.num_heads,
-            decoder_attention_heads=m.num_heads, encoder_ffn_dim=m.d_ff, decoder_ffn_dim=m.d_ff,
+            encoder_layers=m.num_encoder_layers, decoder_layers=m.num_decoder_layers,
+            encoder_attention_heads=m.num_heads, decoder_attention_heads=m.num_heads, encoder_ffn_dim=m.d_ff,
+            decoder_ffn_dim=m.d_ff,
             activation_function="relu", dropout=m.dropout, attention_dropout=m.dropout, activation_dropout=m.dropout,
             max_position_embeddings=config.max_length + 128, scale_embedding=True, pad_token_id=PAD_ID,
             eos_token_id=EOS_ID, bos_token_id=BOS_ID, decoder_start_token_id=BOS_ID, forced_eos_token_id=None,
@@ -195,8 +195,9 @@ def speed(config: TranslationConfig, device: torch.device, batches_count: int, d
     print(f"\n### Speed: attnkit vs transformers MarianMT, d_model {m.d_model}, {m.num_heads} heads, "
           f"{m.num_encoder_layers}+{m.num_decoder_layers} layers, d_ff {m.d_ff}, vocabulary {m.target_vocab_size}, "
           f"{device}, {torch.get_num_threads()} threads\n")
-    print(f"parameters: attnkit {count(ours) / 1e6:.2f}M, Marian {count(marian) / 1e6:.2f}M (Marian keeps its sinusoidal "
-          f"position table as frozen weights); batches of about {config.max_tokens} tokens, {len(epoch)} batches an epoch\n")
+    print(f"parameters: attnkit {count(ours) / 1e6:.2f}M, Marian {count(marian) / 1e6:.2f}M (Marian keeps its "
+          f"sinusoidal position table as frozen weights); batches of about {config.max_tokens} tokens, "
+          f"{len(epoch)} batches an epoch\n")
     train_batches(ours, epoch[:2], config.label_smoothing), train_batches(marian, epoch[:2], config.label_smoothing)
     recipe_bf16 = resolve_amp(config.amp, device) == "bf16"  # what `attnkit train translation` uses here
     rows = []
@@ -262,7 +263,8 @@ def decoding_rows(ours, marian, test: Corpus, prepared, device, batch: int, outp
                 samples[name].append(time.perf_counter() - started)
     timings = {name: statistics.median(values) for name, values in samples.items()}
     label = f"greedy decoding, {source.size(0)} sentences x {output_tokens} tokens (s, median of 3)"
-    return [(f"{label}: cached vs uncached (both attnkit)", f"{timings['cached']:.2f}", f"{timings['uncached']:.2f} (uncached)",
+    return [(f"{label}: cached vs uncached (both attnkit)", f"{timings['cached']:.2f}",
+             f"{timings['uncached']:.2f} (uncached)",
              timings["uncached"] / timings["cached"]),
             (f"{label}: attnkit cached vs Marian generate", f"{timings['cached']:.2f}", f"{timings['marian']:.2f}",
              timings["marian"] / timings["cached"])]
@@ -286,7 +288,8 @@ def main() -> None:
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--skip-epoch", action="store_true", help="leave out the full-epoch timing")
     parser.add_argument("--real", default="gettext:de" if Path("/usr/share/locale/de/LC_MESSAGES").is_dir() else None,
-                        help="(c): gettext:LANG (the system's catalogs; the default where they exist) or a corpus folder")
+                        help="(c): gettext:LANG (the system's catalogs; the default where they exist) "
+                             "or a corpus folder")
     parser.add_argument("--skip-real", action="store_true")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
