@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -30,7 +31,7 @@ from attnkit.app.interop.weights_files import (
     read_torch_file,
 )
 from attnkit.detection.architectures import build_model
-from attnkit.detection.config import DetectionConfig, DetectionTrainConfig, DetrConfig
+from attnkit.detection.config import RESNETS, DetectionConfig, DetectionTrainConfig, DetrConfig, ResNetLayout
 from attnkit.errors import CheckpointError, ConfigError
 
 # COCO 2017 category id -> name; "N/A" where COCO has no category (DETR predicts ids directly, 91 labels).
@@ -111,6 +112,36 @@ def hf_resnet_to_torchvision(name: str) -> str:
     return f"layer{int(stage) + 1}.{block}.{rest}"
 
 
+def resnet_layout(tensors: dict[str, Tensor]) -> ResNetLayout:
+    """The ResNet the official-named `tensors` hold (`backbone.0.body.*`): block type, blocks and output channels
+    per stage, stem and input channels, read off the tensors' shapes. CheckpointError for what attnkit's ResNet
+    (attnkit.detection.resnet) cannot hold."""
+    body = "backbone.0.body."
+    depths = tuple(len({k[len(f"{body}layer{i}."):].split(".")[0] for k in tensors if k.startswith(f"{body}layer{i}.")})
+                   for i in range(1, 6))
+    if depths[4] or not all(depths[:4]):
+        raise CheckpointError(f"the backbone has {sum(1 for d in depths if d)} ResNet stages; attnkit's has 4 "
+                              f"(layer1..layer4)")
+    block = "bottleneck" if f"{body}layer1.0.conv3.weight" in tensors else "basic"
+    last = "conv3" if block == "bottleneck" else "conv2"
+    widths = tuple(tensors[f"{body}layer{i}.0.{last}.weight"].shape[0] for i in range(1, 5))
+    inner = tuple(tensors[f"{body}layer{i}.0.conv1.weight"].shape[0] for i in range(1, 5))
+    if block == "bottleneck" and inner != tuple(width // 4 for width in widths):
+        raise CheckpointError(f"bottleneck widths {list(inner)} are not a quarter of the stages' {list(widths)} "
+                              f"(a wide or grouped ResNet); attnkit's bottleneck has a quarter")
+    stem_width, in_channels = tensors[f"{body}conv1.weight"].shape[:2]
+    return ResNetLayout(block, depths[:4], widths, stem_width, in_channels)
+
+
+def backbone_fields(layout: ResNetLayout) -> dict[str, Any]:
+    """DetrConfig's backbone fields for LAYOUT: a named ResNet where it is one, else backbone "resnet"."""
+    named = [name for name, known in RESNETS.items() if known == replace(layout, in_channels=3)]
+    fields: dict[str, Any] = {"backbone": named[0]} if named else {
+        "backbone": "resnet", "backbone_block": layout.block, "backbone_depths": layout.depths,
+        "backbone_widths": layout.widths, "backbone_stem_width": layout.stem_width}
+    return {**fields, "num_channels": layout.in_channels}
+
+
 def infer_config(tensors: dict[str, Tensor], num_heads: int = 8, dilation: bool = False) -> DetrConfig:
     """The DetrConfig the official-named `tensors` were trained with (sizes read off their shapes)."""
     def count(prefix: str) -> int:
@@ -118,21 +149,58 @@ def infer_config(tensors: dict[str, Tensor], num_heads: int = 8, dilation: bool 
 
     try:
         hidden_dim = tensors["query_embed.weight"].shape[1]
-        blocks = count("backbone.0.body.layer3.")
-        bottleneck = "backbone.0.body.layer1.0.conv3.weight" in tensors
-        backbone = {(True, 6): "resnet50", (True, 23): "resnet101", (False, 2): "resnet18",
-                    (False, 6): "resnet34"}.get((bottleneck, blocks))
-        if backbone is None:
-            raise CheckpointError(f"unknown ResNet backbone ({blocks} blocks in layer3, bottleneck={bottleneck})")
         return DetrConfig(
-            num_classes=tensors["class_embed.weight"].shape[0] - 1, backbone=backbone, dilation=dilation,
-            frozen_batchnorm=True, hidden_dim=hidden_dim, num_heads=num_heads,
+            num_classes=tensors["class_embed.weight"].shape[0] - 1, **backbone_fields(resnet_layout(tensors)),
+            dilation=dilation, frozen_batchnorm=True, hidden_dim=hidden_dim, num_heads=num_heads,
             enc_layers=count("transformer.encoder.layers."), dec_layers=count("transformer.decoder.layers."),
             dim_feedforward=tensors["transformer.decoder.layers.0.linear1.weight"].shape[0],
             num_queries=tensors["query_embed.weight"].shape[0],
             pre_norm="transformer.encoder.norm.weight" in tensors)
     except KeyError as error:
         raise CheckpointError(f"not a DETR state dict: no tensor {error}") from None
+
+
+def hf_backbone_dilation(hf_config: dict[str, Any], source: str) -> bool:
+    """Whether the folder's backbone dilates its last stage; CheckpointError naming the config field of a backbone
+    attnkit's ResNet cannot compute as transformers does.
+
+    transformers builds either a timm model (`use_timm_backbone`, 4.x; backbone_config.model_type "timm_backbone",
+    5.x; torchvision's names), dilated when `dilation` (4.x) or `output_stride` 16 (5.x), or its own ResNetBackbone
+    (model_type "resnet"), which has no dilation (transformers ignores `dilation` there: so does the import).
+    """
+    backbone = hf_config.get("backbone_config") or {}
+    kind = backbone.get("model_type") or ("timm_backbone" if hf_config.get("use_timm_backbone", True) else "resnet")
+    if hf_config.get("position_embedding_type", "sine") != "sine":
+        raise CheckpointError(f"{source}: position_embedding_type {hf_config['position_embedding_type']!r}; "
+                              f"attnkit's DETR has the sine positions")
+    if kind == "resnet":
+        problems = [f"backbone_config.{name} {backbone.get(name)!r} (attnkit: {value!r})" for name, value in
+                    (("hidden_act", "relu"), ("downsample_in_first_stage", False), ("downsample_in_bottleneck", False))
+                    if backbone.get(name, value) != value and not (name == "downsample_in_bottleneck"
+                                                                   and backbone.get("layer_type") == "basic")]
+        if len(backbone.get("depths") or [3, 4, 6, 3]) != 4:
+            problems.append(f"backbone_config.depths {backbone['depths']} (attnkit's ResNet has 4 stages)")
+        elif (backbone.get("out_features") or ["stage4"])[-1] != "stage4":
+            problems.append(f"backbone_config.out_features {backbone['out_features']} (DETR reads the last; "
+                            f"attnkit: stage4)")
+        if problems:
+            raise CheckpointError(f"{source}: cannot import this ResNet backbone: {'; '.join(problems)}")
+        return False
+    if kind != "timm_backbone":
+        raise CheckpointError(f"{source}: backbone_config.model_type {kind!r}; attnkit's DETR backbone is a ResNet "
+                              f"(transformers' 'resnet', or a timm ResNet)")
+    name = str(backbone.get("backbone") or hf_config.get("backbone") or "resnet50")
+    if not re.fullmatch(r"resnet\d+", name.removeprefix("timm/").split(".")[0]):
+        raise CheckpointError(f"{source}: backbone {name!r} (timm): attnkit's DETR backbone is a plain ResNet "
+                              f"(timm's resnet18, resnet34, resnet50, resnet101, ...)")
+    if (backbone.get("out_indices") or [4])[-1] != 4:
+        raise CheckpointError(f"{source}: backbone_config.out_indices {backbone['out_indices']}: DETR reads the "
+                              f"last feature map, attnkit's is layer4 (out index 4)")
+    stride = (backbone.get("output_stride") if backbone else 16 if hf_config.get("dilation") else None) or 32
+    if stride not in (16, 32):
+        raise CheckpointError(f"{source}: backbone_config.output_stride {stride}; attnkit's ResNet has 32, or 16 "
+                              f"with dilation (DC5)")
+    return stride == 16
 
 
 def read_detr(path: Path, num_heads: int | None = None, dilation: bool | None = None):
@@ -144,9 +212,10 @@ def read_detr(path: Path, num_heads: int | None = None, dilation: bool | None = 
             raise CheckpointError(f"{path}: model_type is {hf_config.get('model_type')!r}, not 'detr'")
         if hf_config.get("activation_function", "relu") != "relu":
             raise CheckpointError(f"{path}: activation {hf_config['activation_function']!r}; DETR uses relu")
+        dilated = hf_backbone_dilation(hf_config, str(path))
         tensors = hf_to_official(weights)
         heads = num_heads or hf_config.get("encoder_attention_heads", 8)
-        config = infer_config(tensors, heads, bool(hf_config.get("dilation", False)) if dilation is None else dilation)
+        config = infer_config(tensors, heads, dilated if dilation is None else dilation)
         labels = hf_config.get("id2label") or {}
         names = tuple(labels.get(str(i), labels.get(i, str(i))) for i in range(config.num_classes))
     else:

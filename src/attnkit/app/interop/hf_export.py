@@ -23,13 +23,11 @@ from torch import Tensor
 
 from attnkit.app.interop.detr_import import hf_to_official
 from attnkit.app.interop.weights_files import hf_layer_to_torch
+from attnkit.detection.config import model_from_dict
 from attnkit.errors import CheckpointError, ConfigError
 from attnkit.translation.config import TranslationConfig
 from attnkit.translation.model import Seq2SeqConfig
 from attnkit.translation.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-
-RESNETS = {"resnet18": ("basic", [2, 2, 2, 2]), "resnet34": ("basic", [3, 4, 6, 3]),
-           "resnet50": ("bottleneck", [3, 4, 6, 3]), "resnet101": ("bottleneck", [3, 4, 23, 3])}
 
 
 def export_hf(run: Path, out: Path, weights: str = "best") -> Path:
@@ -96,23 +94,26 @@ def detr_hf_config(config: dict):
 
     model = config["model"]
     problems = [p for p, bad in (("arch must be 'detr'", model["arch"] != "detr"),
-                                 ("pre_norm DETR has no transformers counterpart", model["pre_norm"])) if bad]
+                                 ("pre_norm DETR has no transformers counterpart", model["pre_norm"]),
+                                 ("dilation (DC5): transformers' own ResNet backbone has no dilation",
+                                  model["dilation"])) if bad]
     if problems:
         raise ConfigError("cannot export to DetrForObjectDetection: " + "; ".join(problems))
-    layer_type, depths = RESNETS[model["backbone"]]
-    hidden = [64, 128, 256, 512] if layer_type == "basic" else [256, 512, 1024, 2048]
+    layout = model_from_dict(model).resnet_layout  # any depths, widths, stem and channels: transformers' ResNetConfig
     names = list(config.get("class_names") or []) or [str(i) for i in range(model["num_classes"])]
     # Keywords some transformers versions take outside the signature (transformers 4's DetrConfig defaults to
     # a timm backbone; 5 has no such switch, and sets out_features through the backbone mixin).
     backbone_options: dict[str, Any] = {"out_features": ["stage4"]}
     detr_options: dict[str, Any] = {"use_timm_backbone": False, "use_pretrained_backbone": False}
-    backbone = transformers.ResNetConfig(layer_type=layer_type, depths=depths, hidden_sizes=hidden, **backbone_options)
+    backbone = transformers.ResNetConfig(layer_type=layout.block, depths=list(layout.depths),
+                                         hidden_sizes=list(layout.widths), embedding_size=layout.stem_width,
+                                         num_channels=layout.in_channels, **backbone_options)
     return transformers.DetrConfig(
-        **detr_options, backbone_config=backbone,
+        **detr_options, backbone_config=backbone, num_channels=layout.in_channels,
         d_model=model["hidden_dim"], encoder_layers=model["enc_layers"], decoder_layers=model["dec_layers"],
         encoder_attention_heads=model["num_heads"], decoder_attention_heads=model["num_heads"],
         encoder_ffn_dim=model["dim_feedforward"], decoder_ffn_dim=model["dim_feedforward"],
-        num_queries=model["num_queries"], dropout=model["dropout"], dilation=model["dilation"],
+        num_queries=model["num_queries"], dropout=model["dropout"],
         auxiliary_loss=model["aux_loss"], id2label=dict(enumerate(names)),
         label2id={n: i for i, n in enumerate(names)})
 
