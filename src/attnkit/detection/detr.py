@@ -105,6 +105,6 @@ def heads_output(logits: Tensor, boxes: Tensor, aux: bool = True) -> DetectionOu
 def build_detr(config: DetrConfig, backbone_weights: Path | None = None) -> DETR:
     """DETR from its config; BACKBONE_WEIGHTS: an optional local pretrained ResNet file."""
     position = PositionEmbeddingSine2D(config.hidden_dim // 2, normalize=True)
-    resnet = Backbone(config.backbone, config.dilation, config.frozen_batchnorm, backbone_weights)
+    resnet = Backbone(config.resnet_layout, config.dilation, config.frozen_batchnorm, backbone_weights)
     backbone = Joiner(resnet, position)
     return DETR(backbone, detr_transformer(config), config.num_classes, config.num_queries, config.aux_loss)

@@ -221,7 +221,7 @@ def build_fast_detr(config: FastDetrConfig, backbone_weights: Path | None = None
     """FastDETR from its config; the technique fields choose the modules."""
     d, levels = config.hidden_dim, config.feature_levels
     position = PositionEmbeddingSine2D(d // 2, normalize=True)
-    resnet = Backbone(config.backbone, config.dilation, config.frozen_batchnorm, backbone_weights,
+    resnet = Backbone(config.resnet_layout, config.dilation, config.frozen_batchnorm, backbone_weights,
                       config.last_stage)
     backbone = MultiScaleJoiner(resnet, position, levels)
     encoder: nn.Module
