@@ -1,5 +1,9 @@
 """COCO box AP (Lin et al. 2014) with pycocotools, the official evaluator's code.
 
+Besides COCO's six summary numbers: each class's AP and AP50, and its precision-recall curve, read
+from the same evaluation (COCOeval's precision array), so they agree with the summary: the summary
+AP is the mean of the classes' APs over the classes that have objects.
+
 Detections are in COCO results format ({"image_id", "category_id", "bbox": [x, y, w, h],
 "score"}, original-image pixels, the dataset's own category ids). The model is run on batches of
 images that share one size, so no image is padded and the numbers do not depend on the batch size.
@@ -14,6 +18,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 
+import numpy as np
 import torch
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
@@ -44,9 +49,17 @@ def coco_ground_truth(annotations: CocoAnnotations) -> COCO:
 
 def coco_evaluate(annotations: CocoAnnotations, results: Sequence[dict]) -> dict[str, float]:
     """AP, AP50, AP75, APs, APm, APl of RESULTS (COCO results format) against the annotations."""
+    evaluator = run_cocoeval(annotations, results)
+    if evaluator is None:
+        return dict.fromkeys(METRICS, 0.0)
+    return {name: float(value) for name, value in zip(METRICS, evaluator.stats[:6])}
+
+
+def run_cocoeval(annotations: CocoAnnotations, results: Sequence[dict]) -> COCOeval | None:
+    """pycocotools' box evaluation of RESULTS, accumulated and summarized; None when there are no results."""
     ground_truth = coco_ground_truth(annotations)
     if not results:
-        return dict.fromkeys(METRICS, 0.0)
+        return None
     with contextlib.redirect_stdout(io.StringIO()):
         detections = ground_truth.loadRes([dict(r) for r in results])
         evaluator = COCOeval(ground_truth, detections, iouType="bbox")
@@ -54,7 +67,42 @@ def coco_evaluate(annotations: CocoAnnotations, results: Sequence[dict]) -> dict
         evaluator.evaluate()
         evaluator.accumulate()
         evaluator.summarize()
-    return {name: float(value) for name, value in zip(METRICS, evaluator.stats[:6])}
+    return evaluator
+
+
+def per_class_ap(evaluator: COCOeval | None, category_ids: Sequence[int]) -> dict[int, dict[str, float | None]]:
+    """Category id -> {"AP": AP@[.5:.95], "AP50": AP@.5}: COCOeval's precision array averaged per class.
+
+    precision: (IoU thresholds, recall thresholds, classes, areas, max detections), -1 where a class
+    has no objects (its AP is then None); area "all", 100 detections, as the summary's AP. No
+    results at all (EVALUATOR None): 0 for every class.
+    """
+    if evaluator is None:
+        return {category: {"AP": 0.0, "AP50": 0.0} for category in category_ids}
+    precision = evaluator.eval["precision"][:, :, :, 0, -1]  # (IoU thresholds, recall thresholds, classes)
+    column = {category: k for k, category in enumerate(evaluator.params.catIds)}
+    iou50 = int(np.argmin(np.abs(evaluator.params.iouThrs - 0.5)))
+    return {category: {"AP": _mean_defined(precision[:, :, column[category]]),
+                       "AP50": _mean_defined(precision[iou50, :, column[category]])}
+            for category in category_ids}
+
+
+def pr_curves(evaluator: COCOeval, category_ids: Sequence[int], iou: float = 0.5) -> dict[int, np.ndarray | None]:
+    """Category id -> precision at COCO's 101 recall thresholds (evaluator.params.recThrs) at IoU IOU;
+    0 beyond the highest recall reached; None for a class without objects."""
+    t = int(np.argmin(np.abs(evaluator.params.iouThrs - iou)))
+    precision = evaluator.eval["precision"][t, :, :, 0, -1]  # (recall thresholds, classes)
+    column = {category: k for k, category in enumerate(evaluator.params.catIds)}
+    curves: dict[int, np.ndarray | None] = {}
+    for category in category_ids:
+        curve = precision[:, column[category]]
+        curves[category] = None if (curve < 0).all() else np.clip(curve, 0, None)
+    return curves
+
+
+def _mean_defined(precision: np.ndarray) -> float | None:
+    defined = precision[precision > -1]
+    return float(defined.mean()) if defined.size else None
 
 
 def to_coco_results(image_id: int, detection: dict[str, Tensor], category_ids: Sequence[int]) -> list[dict]:

@@ -1,0 +1,70 @@
+"""A detector's confusion matrix: which class each object was detected as, with a background row and column.
+
+Detections with score >= a threshold are matched to the ground-truth objects of their image one to
+one, greedily by IoU (torchvision.ops.box_iou), highest first, whatever the classes, down to an IoU
+threshold (0.5, PASCAL VOC's). A matched pair counts at (true class, detected class); an object
+left unmatched at (true class, background): missed; a detection left unmatched at (background,
+detected class): a false positive. Row sums are the objects per class (plus false positives in the
+background row); the diagonal over them is each class's recall at that threshold.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+from torchvision.ops import box_convert, box_iou
+
+from attnkit.detection.data import CocoAnnotations
+
+
+def match_by_iou(iou: Tensor, threshold: float) -> list[tuple[int, int]]:
+    """(object, detection) pairs, one to one, greedily by IoU (highest first) down to THRESHOLD.
+
+    iou: (objects, detections).
+    """
+    objects, detections = (iou >= threshold).nonzero(as_tuple=True)
+    order = iou[objects, detections].argsort(descending=True, stable=True)
+    pairs, used_objects, used_detections = [], set(), set()
+    for o, d in zip(objects[order].tolist(), detections[order].tolist()):
+        if o not in used_objects and d not in used_detections:
+            pairs.append((o, d))
+            used_objects.add(o)
+            used_detections.add(d)
+    return pairs
+
+
+def image_confusion(true_boxes: Tensor, true_labels: Tensor, boxes: Tensor, labels: Tensor, num_classes: int,
+                    iou_threshold: float = 0.5) -> Tensor:
+    """One image's counts, (num_classes + 1, num_classes + 1): rows true class, columns detected class, the
+    last row and column background. Boxes xyxy: true_boxes (objects, 4), boxes (detections, 4)."""
+    matrix = torch.zeros(num_classes + 1, num_classes + 1, dtype=torch.long)
+    pairs = match_by_iou(box_iou(true_boxes.float(), boxes.float()), iou_threshold)
+    for o, d in pairs:
+        matrix[true_labels[o], labels[d]] += 1
+    missed = torch.ones(len(true_labels), dtype=torch.bool)
+    missed[[o for o, _ in pairs]] = False
+    false = torch.ones(len(labels), dtype=torch.bool)
+    false[[d for _, d in pairs]] = False
+    matrix[:, num_classes].index_add_(0, true_labels[missed].long(), torch.ones(int(missed.sum()), dtype=torch.long))
+    matrix[num_classes].index_add_(0, labels[false].long(), torch.ones(int(false.sum()), dtype=torch.long))
+    return matrix
+
+
+def confusion_matrix(annotations: CocoAnnotations, results: Sequence[dict], score_threshold: float = 0.5,
+                     iou_threshold: float = 0.5) -> Tensor:
+    """Counts over a dataset, (classes + 1, classes + 1) (see the module docstring), of RESULTS (COCO results
+    format) with score >= SCORE_THRESHOLD against the annotations' usable (non-crowd) objects."""
+    by_image: dict[int, list[dict]] = defaultdict(list)
+    for result in results:
+        if result["score"] >= score_threshold:
+            by_image[result["image_id"]].append(result)
+    matrix = torch.zeros(annotations.num_classes + 1, annotations.num_classes + 1, dtype=torch.long)
+    for record in annotations.records:
+        found = by_image.get(record.image_id, [])
+        boxes = box_convert(torch.tensor([r["bbox"] for r in found], dtype=torch.float).reshape(-1, 4), "xywh", "xyxy")
+        labels = torch.tensor([annotations.label_of[r["category_id"]] for r in found], dtype=torch.long)
+        matrix += image_confusion(record.boxes, record.labels, boxes, labels, annotations.num_classes, iou_threshold)
+    return matrix
