@@ -17,8 +17,7 @@ from attnkit.detection.architectures import build_model as build_detector
 from attnkit.detection.config import DetectionConfig
 from attnkit.detection.detector import Detector
 from attnkit.storage import RunFolder, save_weights
-from attnkit.translation.config import TranslationConfig
-from attnkit.translation.config import build_model as build_translator
+from attnkit.translation.config import TranslationConfig, build_model as build_translator
 
 OLD = Path(__file__).parent / "data" / "old_runs"
 BUILDERS = {"detection": lambda document: build_detector(DetectionConfig.from_dict(document).model),
@@ -41,7 +40,8 @@ def test_an_old_detection_run_folder_detects(tmp_path):
     old = json.loads((OLD / "detection-tiny.json").read_text())
     run = RunFolder.create(tmp_path / "run", "detection", old["config"])
     generator = torch.Generator().manual_seed(0)
-    weights = {name: torch.ones(shape) if name.endswith("running_var") else torch.randn(shape, generator=generator) * 0.01
+    weights = {name: torch.ones(shape) if name.endswith("running_var")
+               else torch.randn(shape, generator=generator) * 0.01
                for name, shape in old["state_dict"].items()}  # a variance must be positive
     save_weights(run.best_weights, weights, {"kind": "detection", "step": 1})
     detector = Detector.from_run(run.path, device="cpu")

@@ -5,13 +5,18 @@ from __future__ import annotations
 import pytest
 
 from attnkit import overrides
-from attnkit.detection.config import DetectionConfig, preset
-from attnkit.detection.config import check_kept as check_detection_kept
-from attnkit.detection.config import override as override_detection
+from attnkit.detection.config import (
+    DetectionConfig,
+    check_kept as check_detection_kept,
+    override as override_detection,
+    preset,
+)
 from attnkit.errors import ConfigError
-from attnkit.translation.config import check_kept as check_translation_kept
-from attnkit.translation.config import override as override_translation
-from attnkit.translation.config import preset as translation_preset
+from attnkit.translation.config import (
+    check_kept as check_translation_kept,
+    override as override_translation,
+    preset as translation_preset,
+)
 
 
 def detection_config() -> DetectionConfig:

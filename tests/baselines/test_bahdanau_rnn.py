@@ -7,8 +7,14 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from attnkit.baselines import (BahdanauRNN, BahdanauRNNConfig, alignment, check_architecture, match_parameters,
-                               parameter_count)
+from attnkit.baselines import (
+    BahdanauRNN,
+    BahdanauRNNConfig,
+    alignment,
+    check_architecture,
+    match_parameters,
+    parameter_count,
+)
 from attnkit.errors import CheckpointError, ConfigError
 from attnkit.storage import read_weights, save_weights
 from attnkit.translation.batching import pad_ids
@@ -123,7 +129,8 @@ def test_checkpoint_of_the_other_architecture_is_refused(tmp_path):
                                                    d_ff=32, source_vocab_size=VOCAB, target_vocab_size=VOCAB))
     rnn_path = save_weights(tmp_path / "rnn.safetensors", model().state_dict())
     transformer_path = save_weights(tmp_path / "transformer.safetensors", transformer.state_dict())
-    with pytest.raises(CheckpointError, match=r"rnn.safetensors holds the weights of an RNN .* but this model is a Transformer"):
+    with pytest.raises(CheckpointError,
+                       match=r"rnn.safetensors holds the weights of an RNN .* but this model is a Transformer"):
         check_architecture(read_weights(rnn_path)[0], "transformer", str(rnn_path))
     with pytest.raises(CheckpointError, match=r"weights of a Transformer .* but this model is an RNN encoder-decoder"):
         check_architecture(read_weights(transformer_path)[0], "rnn", str(transformer_path))

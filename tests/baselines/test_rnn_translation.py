@@ -5,14 +5,14 @@ import dataclasses
 import pytest
 import torch
 
+from attnkit.app.translation.recipe import TranslationTask, prepare
 from attnkit.baselines import BahdanauRNN, BahdanauRNNConfig
 from attnkit.errors import CheckpointError, ConfigError
-from attnkit.training import Budget, LoopConfig, Trainer
 from attnkit.storage import RunFolder, save_weights
+from attnkit.training import Budget, LoopConfig, Trainer
 from attnkit.translation.config import TranslationConfig, build_model, preset, with_architecture
 from attnkit.translation.data import Corpus, ReadReport, SentencePair
 from attnkit.translation.model import Seq2SeqConfig, Seq2SeqTransformer
-from attnkit.app.translation.recipe import TranslationTask, prepare
 from attnkit.translation.translator import Translator
 
 WORDS = ["one", "two", "three", "four", "five", "six"]

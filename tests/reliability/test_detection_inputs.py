@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 from PIL import Image
 from torch.testing import assert_close
 from torchvision.ops import box_convert
@@ -37,7 +36,8 @@ json_values = st.recursive(
 numbers = st.integers(-100, 300) | st.floats(allow_nan=True, allow_infinity=True, width=32)
 ids = st.integers(-2, 4) | st.booleans() | st.none() | st.text(max_size=2) | st.lists(st.integers(), max_size=2)
 image_entries = st.fixed_dictionaries(
-    {"id": ids, "file_name": st.sampled_from(["a.png", "sub/b.png", "../a.png", "/etc/passwd", "", "."]) | st.text(max_size=6),
+    {"id": ids,
+     "file_name": st.sampled_from(["a.png", "sub/b.png", "../a.png", "/etc/passwd", "", "."]) | st.text(max_size=6),
      "width": st.integers(-2, 10**12) | json_values, "height": st.integers(-2, 10**12) | json_values})
 annotation_entries = st.fixed_dictionaries(
     {"image_id": ids, "category_id": ids, "bbox": st.lists(numbers, min_size=0, max_size=5) | json_values},
@@ -172,7 +172,8 @@ def _png_header(width: int, height: int) -> bytes:
     def chunk(kind: bytes, payload: bytes) -> bytes:
         return struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", zlib.crc32(kind + payload))
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b"")
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 64))
+            + chunk(b"IEND", b""))
 
 
 @pytest.mark.parametrize("side", [9000, 20000, 60000])  # over our limit; over Pillow's warning; over its error

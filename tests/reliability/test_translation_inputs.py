@@ -12,8 +12,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from attnkit.errors import DataError
 from attnkit.translation.data import read_corpus
@@ -26,8 +25,8 @@ raw_lines = st.lists(st.binary(max_size=12) | texts.map(lambda t: t.encode("utf-
 json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | texts,
                            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
                            max_leaves=8)
-records = st.fixed_dictionaries({"translation": st.dictionaries(st.sampled_from(["en", "de", "fr"]), texts | json_values,
-                                                                max_size=3)}) | json_values
+records = st.fixed_dictionaries({"translation": st.dictionaries(st.sampled_from(["en", "de", "fr"]),
+                                                                texts | json_values, max_size=3)}) | json_values
 
 
 def _folder() -> Path:
@@ -119,4 +118,5 @@ def test_skipped_lines_are_named_in_the_summary_and_aligned_files_stay_aligned(t
                                           '{"translation": {"en": "c", "de": "d"}}\n')
     corpus = read_corpus(tmp_path / "train.jsonl", skip_bad=True)
     assert [(p.source, p.target) for p in corpus.pairs] == [("a", "b"), ("c", "d")]
-    assert [message.split(": ", 1)[0].rsplit(", ", 1)[1] for message in corpus.report.skipped_bad] == ["line 2", "line 3"]
+    lines = [message.split(": ", 1)[0].rsplit(", ", 1)[1] for message in corpus.report.skipped_bad]
+    assert lines == ["line 2", "line 3"]

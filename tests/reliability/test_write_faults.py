@@ -18,8 +18,7 @@ from fault_child import killable_processes, train
 from torch.testing import assert_close
 
 from attnkit.errors import CheckpointError
-from attnkit.storage import RunFolder, atomic_write, load_training_state, read_weights
-from attnkit.storage import checkpoint as checkpoint_module
+from attnkit.storage import RunFolder, atomic_write, checkpoint as checkpoint_module, load_training_state, read_weights
 
 STEPS = 8
 _fork = killable_processes()

@@ -39,8 +39,8 @@ def invoke(*args) -> str:
 
 
 def torchrun(*args, processes: int = 2) -> str:
-    """The stderr of `attnkit ARGS` as PROCESSES processes started by torchrun on this machine (gloo, CPU; the one-process
-    runs they are compared with say --device cpu too)."""
+    """The stderr of `attnkit ARGS` as PROCESSES processes started by torchrun on this machine (gloo, CPU; the
+    one-process runs they are compared with say --device cpu too)."""
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
                "--standalone", "-m", "attnkit", *map(str, args)]
     environment = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}

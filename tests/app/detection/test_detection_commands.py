@@ -92,7 +92,8 @@ def test_detector_api_takes_paths_pil_images_and_tensors(tiny_run):
 
 
 def test_data_shapes_command(tmp_path):
-    result = invoke("data", "shapes", "--out", tmp_path, "--train-images", "2", "--val-images", "1", "--image-size", "32")
+    result = invoke("data", "shapes", "--out", tmp_path, "--train-images", "2", "--val-images", "1",
+                    "--image-size", "32")
     assert result.exit_code == 0, result.output
     assert (tmp_path / "annotations" / "instances_train.json").is_file() and (tmp_path / "val" / "000000.png").is_file()
 
@@ -114,7 +115,8 @@ def test_train_on_explicit_images_and_annotations(tmp_path, coco_writer):
               {"id": 9, "file_name": "b.png", "width": 64, "height": 48}]
     annotations = [{"id": 1, "image_id": 5, "category_id": 40, "bbox": [4, 4, 30, 20]},
                    {"id": 2, "image_id": 9, "category_id": 12, "bbox": [10, 8, 20, 30], "iscrowd": 1}]
-    folder, path = coco_writer(tmp_path / "mine", images, annotations, [{"id": 40, "name": "a"}, {"id": 12, "name": "b"}])
+    folder, path = coco_writer(tmp_path / "mine", images, annotations,
+                               [{"id": 40, "name": "a"}, {"id": 12, "name": "b"}])
     out = tmp_path / "run"
     result = invoke("train", "detection", "--images", folder, "--annotations", path, "--out", out, "--steps", "1",
                     "--preset", "tiny", "--no-flip")

@@ -46,8 +46,8 @@ def test_detector_graph_is_checked_and_records_its_opset(detector_export):
 
 
 def test_onnxruntime_detections_match_pytorch(detection_run, detector_export):
-    from attnkit.detection.detector import Detector
     from attnkit.app.export.ort_detector import OrtDetector
+    from attnkit.detection.detector import Detector
 
     reference, runtime = Detector.from_run(detection_run, device="cpu"), OrtDetector(detector_export)
     for width, height, seed in ((96, 80, 0), (64, 120, 1)):  # two image sizes: dynamic height and width
@@ -106,9 +106,9 @@ def test_fast_detector_exports_and_matches_pytorch_on_a_padded_batch(tmp_path):
     """`fast` (deformable attention, two-stage, kept geometry) through ONNX Runtime, padding included."""
     import onnxruntime
 
+    from attnkit.app.export.detector_graph import DetectorGraph
     from attnkit.detection.architectures import build_model
     from attnkit.detection.config import DetectionConfig, preset, with_arch
-    from attnkit.app.export.detector_graph import DetectorGraph
     from attnkit.storage import RunFolder, save_weights
 
     model_config, train_config = preset("tiny")

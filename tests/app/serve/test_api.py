@@ -13,6 +13,7 @@ from PIL import Image  # noqa: E402
 
 from attnkit.app.serve import Limits, create_app  # noqa: E402
 
+
 def png_bytes(width: int = 96, height: int = 80, seed: int = 0) -> bytes:
     """A random-noise PNG."""
     generator = torch.Generator().manual_seed(seed)

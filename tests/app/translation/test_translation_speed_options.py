@@ -1,4 +1,5 @@
-"""`attnkit train translation --amp / --accumulate`: shorthands for the config keys, checked before anything is written."""
+"""`attnkit train translation --amp / --accumulate`: shorthands for the config keys, checked before anything is
+written."""
 
 from __future__ import annotations
 
