@@ -209,7 +209,7 @@ def _parse_line(text: str, classes: int, place: str, problems: Problems) -> tupl
         return None
     coordinates = values[1:]
     if not all(0 <= v <= 1 for v in coordinates):  # also NaN
-        problems.error(place, f"coordinates {fields[1:]} are outside [0, 1]: YOLO's are normalised by the "
+        problems.error(place, f"coordinates {' '.join(fields[1:])} are outside [0, 1]: YOLO's are normalised by the "
                        "image's width and height (pixels?)")
         return None
     if len(coordinates) > 4:  # a polygon: its box
