@@ -40,7 +40,7 @@ class Detections:
 @dataclass(frozen=True)
 class Prepared:
     """One image ready for the model, and its original size for the postprocessing."""
-    batch: Tensor  # (1, 3, height, width) resized and normalised
+    batch: Tensor  # (1, channels, height, width) resized and normalised (the model's channels: 3, or 1 greyscale)
     mask: Tensor  # (1, height, width) True at padding: all False, the image runs alone
     size: Tensor  # (1, 2) the original (height, width)
 
@@ -51,12 +51,12 @@ class DetectionPipeline:
     def __init__(self, config: DetectionConfig) -> None:
         self.class_names = list(config.class_names) or [str(i) for i in range(config.model.num_classes)]
         self.category_ids = list(config.category_ids) or list(range(1, config.model.num_classes + 1))
-        self.transform = inference_transforms(config.train.val_size, config.train.max_size)
+        self.transform = inference_transforms(config.train.val_size, config.train.max_size, config.model.num_channels)
 
     def prepare(self, image: ImageInput) -> Prepared:
         """IMAGE resized and normalised as in evaluation, with an all-False padding mask."""
         pixels = to_uint8_tensor(image)  # (3, height, width)
-        batch = self.transform(pixels).unsqueeze(0).float()  # (1, 3, H, W)
+        batch = self.transform(pixels).unsqueeze(0).float()  # (1, channels, H, W)
         return Prepared(batch, torch.zeros(1, *batch.shape[-2:], dtype=torch.bool), torch.tensor([pixels.shape[-2:]]))
 
     def select(self, scores: Tensor, labels: Tensor, boxes: Tensor, threshold: float,
@@ -77,13 +77,16 @@ class DetectionPipeline:
 
 
 def to_uint8_tensor(image: ImageInput) -> Tensor:
-    """(3, height, width) uint8 from a path, a PIL image or a tensor (uint8, or float in [0, 1])."""
+    """(3, height, width) uint8 from a path, a PIL image or a tensor (uint8, or float in [0, 1]; a greyscale
+    (1, height, width) one as RGB). A greyscale model's transform then makes it grey (`inference_transforms`)."""
     if isinstance(image, (str, Path)):
         image = read_image(Path(image))
     if isinstance(image, Image.Image):
         return F.pil_to_tensor(image.convert("RGB"))
     if isinstance(image, Tensor):
-        if image.dim() != 3 or image.shape[0] != 3:
-            raise DataError(f"expected an image tensor (3, height, width), got {tuple(image.shape)}")
+        if image.dim() != 3 or image.shape[0] not in (1, 3):
+            raise DataError(f"expected an image tensor (3, height, width), got {tuple(image.shape)} (a grey one: "
+                            f"(1, height, width))")
+        image = image.expand(3, -1, -1)  # grey as RGB: its luma is the grey again
         return image if image.dtype == torch.uint8 else (image.clamp(0, 1) * 255).round().to(torch.uint8)
     raise DataError(f"cannot read an image from {type(image).__name__}; give a path, a PIL image or a tensor")

@@ -22,6 +22,10 @@ from torchvision.transforms.v2 import functional as F
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+# one channel (a greyscale model, num_channels=1): the grey (ITU-R 601 luma, as v2.Grayscale) of ImageNet's
+# channel means, and the channels' mean standard deviation (an approximation: grey's own spread is not recorded)
+GREY_MEAN = (0.2989 * 0.485 + 0.587 * 0.456 + 0.114 * 0.406,)
+GREY_STD = (sum(IMAGENET_STD) / 3,)
 
 
 class RandomSizeCrop(v2.Transform):
@@ -53,42 +57,46 @@ class ToDetrTarget(v2.Transform):
 
 
 def train_transforms(scales: Sequence[int], max_size: int, flip: bool = True,
-                     crop_min_fraction: float = 0.5) -> v2.Compose:
-    """DETR's training augmentation: shortest side drawn from SCALES, longest side at most MAX_SIZE."""
+                     crop_min_fraction: float = 0.5, channels: int = 3) -> v2.Compose:
+    """DETR's training augmentation: shortest side drawn from SCALES, longest side at most MAX_SIZE; CHANNELS 1:
+    greyscale."""
     resize = v2.RandomShortestSize(list(scales), max_size=max_size)
     steps: list[Any] = [v2.RandomHorizontalFlip()] if flip else []
     steps += [
         v2.RandomChoice([resize, v2.Compose([RandomSizeCrop(crop_min_fraction), resize])]),
         v2.SanitizeBoundingBoxes(min_size=1.0),
-        *_normalise(),
+        *_normalise(channels),
     ]
     return v2.Compose(steps)
 
 
-def eval_transforms(size: int, max_size: int) -> v2.Compose:
-    """Resize the shortest side to SIZE (longest at most MAX_SIZE) and normalise."""
-    return v2.Compose([v2.Resize(size, max_size=max_size), *_normalise()])
+def eval_transforms(size: int, max_size: int, channels: int = 3) -> v2.Compose:
+    """Resize the shortest side to SIZE (longest at most MAX_SIZE) and normalise (CHANNELS 1: greyscale)."""
+    return v2.Compose([v2.Resize(size, max_size=max_size), *_normalise(channels)])
 
 
-def inference_transforms(size: int, max_size: int) -> v2.Compose:
-    """Evaluation's resize and normalisation for an image alone: (3, height, width) uint8 -> float."""
-    return v2.Compose([v2.Resize(size, max_size=max_size), v2.ToDtype(torch.float32, scale=True),
-                       v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+def inference_transforms(size: int, max_size: int, channels: int = 3) -> v2.Compose:
+    """Evaluation's resize and normalisation for an image alone: (3, height, width) uint8 -> (CHANNELS, H, W) float."""
+    return v2.Compose([v2.Resize(size, max_size=max_size), *_normalise(channels)[:-1]])
 
 
-def _normalise() -> list[v2.Transform]:
+def _normalise(channels: int = 3) -> list[v2.Transform]:
+    """RGB images -> float, normalised with ImageNet's statistics; CHANNELS 1: converted to grey first."""
+    if channels == 1:
+        return [v2.Grayscale(1), v2.ToDtype(torch.float32, scale=True), v2.Normalize(GREY_MEAN, GREY_STD),
+                ToDetrTarget()]
     return [v2.ToDtype(torch.float32, scale=True), v2.Normalize(IMAGENET_MEAN, IMAGENET_STD), ToDetrTarget()]
 
 
 def batch_images(images: Sequence[Tensor]) -> tuple[Tensor, Tensor]:
     """Pad images to the batch's largest height and width (bottom and right, with zeros).
 
-    Returns images (batch, 3, height, width) and mask (batch, height, width), True on padding
+    Returns images (batch, channels, height, width) and mask (batch, height, width), True on padding
     (DETR's convention: True = not a pixel of the image).
     """
     height = max(image.shape[-2] for image in images)
     width = max(image.shape[-1] for image in images)
-    batch = images[0].new_zeros(len(images), 3, height, width)  # (batch, channels, height, width)
+    batch = images[0].new_zeros(len(images), images[0].shape[0], height, width)  # (batch, channels, height, width)
     mask = torch.ones(len(images), height, width, dtype=torch.bool)  # (batch, height, width)
     for i, image in enumerate(images):
         batch[i, :, : image.shape[-2], : image.shape[-1]] = image
