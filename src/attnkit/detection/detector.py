@@ -27,6 +27,16 @@ class Detector:
     def __init__(self, model: torch.nn.Module, config: DetectionConfig, device: torch.device | str = "cpu") -> None:
         self.model, self.config, self.device = model.to(device).eval(), config, torch.device(device)
         self.pipeline = DetectionPipeline(config)
+
+    @property
+    def class_names(self) -> list[str]:
+        """The name of each label 0..K-1 (the dataset's)."""
+        return self.pipeline.class_names
+
+    @property
+    def category_ids(self) -> list[int]:
+        """The dataset's category id of each label 0..K-1."""
+        return self.pipeline.category_ids
     @classmethod
     def from_run(cls, run: str | Path, weights: str = "best", device: torch.device | str | None = None) -> Detector:
         """Load RUN's config and its `best`, `last` or `average` weights (or a .safetensors path)."""
