@@ -320,3 +320,27 @@ def test_an_official_layout_checkpoint_of_any_resnet_imports_with_the_same_outpu
     assert_close(ours.logits, theirs.logits, atol=1e-4, rtol=0)
     assert_close(ours.boxes, theirs.pred_boxes, atol=1e-4, rtol=0)
     assert run.config["model"]["backbone_widths"] == [10, 20, 30, 40]
+
+
+def test_an_imported_greyscale_model_of_any_layout_fine_tunes_and_detects(tmp_path):
+    """`train detection --init` and `detect` feed it grey images (model.num_channels, the transforms)."""
+    from PIL import Image
+    from typer.testing import CliRunner
+
+    from attnkit.app.cli import load_commands
+
+    hf_model = small_detr(small_resnet(num_channels=1), num_channels=1, seed=12)
+    hf_model.save_pretrained(tmp_path / "hf")
+    imported = import_detr(tmp_path / "hf", tmp_path / "imported").path
+    runner = CliRunner()
+    result = runner.invoke(load_commands(), [str(a) for a in (
+        "train", "detection", "--preset", "tiny", "--data", "shapes", "--shapes-train-images", "4",
+        "--shapes-val-images", "2", "--shapes-image-size", "64", "--eval-every-minutes", "10", "--steps", "2",
+        "--init", imported, "--out", tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    trained = RunFolder.open(tmp_path / "run", "detection").config["model"]
+    assert (trained["num_channels"], trained["backbone_widths"]) == (1, [10, 20, 30, 40])
+    Image.new("RGB", (80, 60), (200, 30, 30)).save(tmp_path / "red.png")
+    result = runner.invoke(load_commands(), ["detect", str(tmp_path / "run"), str(tmp_path / "red.png"), "--out",
+                                             str(tmp_path / "detections")])
+    assert result.exit_code == 0, result.output

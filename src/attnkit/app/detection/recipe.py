@@ -163,16 +163,17 @@ def _open_splits(config: DetectionConfig, run: Path, shapes: ShapesConfig,
                  request: DetectionRequest) -> tuple[CocoDetection, CocoDetection]:
     """The training split (augmented) and the validation split (evaluation transforms) of the run's data."""
     t, train_paths, val_paths, skip_bad = config.train, request.train_paths, request.val_paths, request.skip_bad_images
+    channels = config.model.num_channels  # 1: a greyscale model's images are made grey
     train_set = open_split(split_paths(config.data if train_paths[0] is None else None, "train", run, shapes,
                                        *train_paths), train_transforms(t.train_scales, t.max_size, t.flip,
-                                                                       t.crop_min_fraction), for_evaluation=False,
-                           skip_bad=skip_bad)
+                                                                       t.crop_min_fraction, channels),
+                           for_evaluation=False, skip_bad=skip_bad)
     same = val_paths[0] is None and train_paths[0] is not None
     if same:
         note("data: no --val-images/--val-annotations; validating on the training images")
         val_paths = train_paths
     val_set = open_split(split_paths(config.data if val_paths[0] is None else None, "val", run, shapes,
-                                     *val_paths), eval_transforms(t.val_size, t.max_size), skip_bad=skip_bad,
+                                     *val_paths), eval_transforms(t.val_size, t.max_size, channels), skip_bad=skip_bad,
                          unreadable=train_set.coco.skipped_images if same else None)
     check_categories(config, val_set.coco)
     return train_set, val_set
