@@ -1,6 +1,7 @@
 """DETR as one ONNX graph, post-processing included (Carion et al. 2020, section 3.2, `PostProcess`).
 
-    images (batch, 3, height, width)   resized and normalised as in evaluation (`DetectionPipeline.prepare`)
+    images (batch, C, height, width)   resized and normalised as in evaluation (`DetectionPipeline.prepare`;
+                                       C: model.num_channels, 3, or 1 for a greyscale model)
     mask (batch, height, width)        True on padding (all False for one image, or equal sizes)
     image_sizes (batch, 2)             (height, width) of the original images, for boxes in their pixels
     -> scores (batch, queries), labels (batch, queries), boxes (batch, queries, 4) x0, y0, x1, y1
@@ -42,7 +43,7 @@ def export_detector(detector, out: Path) -> dict:
 
     model = detector.model.float().cpu().eval()
     out = Path(out)
-    images = torch.randn(2, 3, 96, 128)
+    images = torch.randn(2, detector.config.model.num_channels, 96, 128)  # (batch, channels, height, width)
     args = (images, torch.zeros(2, 96, 128, dtype=torch.bool), torch.tensor([[120, 160], [90, 100]]))
     export_graph(DetectorGraph(model), args, out / DETECTOR_FILE, ["images", "mask", "image_sizes"],
                  ["scores", "labels", "boxes"],
