@@ -1,0 +1,104 @@
+"""`attnkit data check` and `attnkit data convert`, and training and evaluating on a YOLO and a VOC folder."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from attnkit.app.cli import load_commands
+
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(load_commands(), [str(a) for a in args])
+
+
+def one_error_line(result, *parts: str) -> None:
+    """Exit code 2, one `error:` line on stderr naming PARTS, no traceback."""
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in result.output, result.output
+    assert all(part in lines[0] for part in parts), lines[0]
+
+
+@pytest.fixture(scope="module")
+def layouts(tmp_path_factory) -> dict[str, Path]:
+    """The same tiny `shapes` dataset as COCO, YOLO and VOC folders."""
+    root = tmp_path_factory.mktemp("layouts")
+    assert invoke("data", "shapes", "--out", root / "coco", "--image-size", "64", "--train-images", "4",
+                  "--val-images", "2").exit_code == 0
+    for name in ("yolo", "voc"):
+        result = invoke("data", "convert", root / "coco", "--to", name, "--out", root / name)
+        assert result.exit_code == 0 and f"coco -> {name}: train, val" in result.stdout, result.output
+    return {name: root / name for name in ("coco", "yolo", "voc")}
+
+
+def test_check_reports_the_layout_and_counts(layouts):
+    result = invoke("data", "check", layouts["voc"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[0] == f"layout: voc ({layouts['voc']})"
+    assert result.stdout.splitlines()[-1] == "result: can be trained on"
+    report = json.loads(invoke("data", "check", layouts["yolo"], "--json").stdout)
+    assert report["layout"] == "yolo" and report["trainable"]
+    assert [split["split"] for split in report["splits"]] == ["train", "val"]
+    assert report["splits"][1]["images"] == 2
+
+
+def test_check_lists_a_bad_label_line_and_exits_2(tmp_path, layouts):
+    copy = tmp_path / "yolo"
+    assert invoke("data", "convert", layouts["yolo"], "--to", "yolo", "--out", copy, "--copy").exit_code == 0
+    label = copy / "labels" / "train" / "000001.txt"
+    label.write_text(label.read_text() + "9 0.5 0.5 0.1 0.1\n")
+    lines = label.read_text().count("\n")
+    result = invoke("data", "check", copy)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert f"  {label}:{lines}: class id 9 is out of range" in result.stdout
+    assert result.stdout.splitlines()[-1] == "result: cannot be trained on (1 error)"
+    one_error_line(invoke("train", "detection", "--data", copy, "--out", tmp_path / "run", "--steps", "1"),
+                   f"{label}:{lines}: class id 9")
+
+
+def test_malformed_yaml_and_xml_are_one_line_naming_file_and_line(tmp_path, layouts):
+    (tmp_path / "yolo").mkdir()
+    (tmp_path / "yolo" / "data.yaml").write_text("names: [a, b]\ntrain: images/train\nval: [images/val\n")
+    one_error_line(invoke("train", "detection", "--data", tmp_path / "yolo", "--out", tmp_path / "run"),
+                   f"{tmp_path / 'yolo' / 'data.yaml'}:", "not valid YAML")
+    voc = tmp_path / "voc"
+    assert invoke("data", "convert", layouts["voc"], "--to", "voc", "--out", voc, "--copy").exit_code == 0
+    xml = voc / "Annotations" / "000001.xml"
+    xml.write_text(xml.read_text().replace("</size>", "", 1))
+    one_error_line(invoke("data", "convert", voc, "--to", "coco", "--out", tmp_path / "coco"),
+                   f"{xml}:", "not valid XML")
+    assert not (tmp_path / "coco").exists()
+    one_error_line(invoke("data", "check", tmp_path / "nothing"), "no such folder")
+
+
+def test_convert_refuses_a_non_empty_out(layouts):
+    one_error_line(invoke("data", "convert", layouts["coco"], "--to", "yolo", "--out", layouts["voc"]),
+                   "exists and is not empty")
+
+
+def test_train_on_a_yolo_folder_as_on_its_coco_folder_and_evaluate_on_every_layout(tmp_path, layouts):
+    from attnkit.storage.checkpoint import read_weights
+
+    runs = {}
+    for name in ("coco", "yolo"):
+        runs[name] = tmp_path / name
+        result = invoke("train", "detection", "--data", layouts[name], "--out", runs[name], "--steps", "2",
+                        "--preset", "tiny", "--eval-every-minutes", "10", "--device", "cpu")
+        assert result.exit_code == 0, result.output
+    config = json.loads((runs["yolo"] / "config.json").read_text())
+    assert config["data"] == str(layouts["yolo"]) and config["class_names"][0] == "circle"
+    expected, _ = read_weights(runs["coco"] / "weights" / "last.safetensors")
+    actual, _ = read_weights(runs["yolo"] / "weights" / "last.safetensors")
+    torch.testing.assert_close(actual, expected)  # the same batches, boxes and steps: the same weights
+    metrics = []
+    for name in ("coco", "yolo", "voc"):
+        result = invoke("eval", "detection", runs["yolo"], "--data", layouts[name], "--json", "--device", "cpu")
+        assert result.exit_code == 0, result.output
+        metrics.append({k: v for k, v in json.loads(result.stdout).items() if k != "seconds"})
+    assert metrics[0]["images"] == 2 and sum(map(sum, metrics[0]["confusion"]["matrix"])) > 0
+    assert metrics[1] == metrics[0] and metrics[2] == metrics[0]
