@@ -12,6 +12,7 @@ stops after C4 (stride 16): layer4 is neither built nor run. Nothing is download
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -72,7 +73,8 @@ class Backbone(nn.Module):
 
 def stage_channels(body: nn.Module, stage: str) -> int:
     """A ResNet stage's output channels: its last convolution's (a basic block's conv2, a bottleneck's conv3)."""
-    return [module for module in body[stage].modules() if isinstance(module, nn.Conv2d)][-1].out_channels
+    convolutions = [m for m in body.get_submodule(stage).modules() if isinstance(m, nn.Conv2d)]
+    return convolutions[-1].out_channels
 
 
 def load_resnet_weights(resnet: nn.Module, path: Path) -> None:
@@ -80,6 +82,7 @@ def load_resnet_weights(resnet: nn.Module, path: Path) -> None:
 
     The classifier (`fc.*`) is ignored; a DETR checkpoint's `backbone.0.body.` prefix is accepted.
     """
+    tensors: Any  # a state dict, a checkpoint holding one, or whatever else the file holds
     try:
         if path.suffix == ".safetensors":
             from safetensors.torch import load_file
@@ -112,7 +115,7 @@ class Joiner(nn.Sequential):
         super().__init__(backbone, position_embedding)
         self.num_channels = backbone.num_channels
 
-    def forward(self, images: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def forward(self, images: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:  # type: ignore[override]
         """images (batch, channels, H, W), mask (batch, H, W) True on padding -> features (batch, channels, h, w),
         the mask at feature resolution (batch, h, w) and positions (batch, hidden, h, w)."""
         features = self[0](images)

@@ -344,3 +344,9 @@ def test_an_imported_greyscale_model_of_any_layout_fine_tunes_and_detects(tmp_pa
     result = runner.invoke(load_commands(), ["detect", str(tmp_path / "run"), str(tmp_path / "red.png"), "--out",
                                              str(tmp_path / "detections")])
     assert result.exit_code == 0, result.output
+
+
+def test_dilation_with_transformers_own_resnet_is_not_applied_as_transformers_does_not(tmp_path):
+    hf_model = small_detr(small_resnet(), seed=14, dilation=True)  # ResNetBackbone has no dilation
+    run = import_and_compare(tmp_path, hf_model)
+    assert run.config["model"]["dilation"] is False

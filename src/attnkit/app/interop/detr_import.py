@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -122,7 +122,7 @@ def resnet_layout(tensors: dict[str, Tensor]) -> ResNetLayout:
     if depths[4] or not all(depths[:4]):
         raise CheckpointError(f"the backbone has {sum(1 for d in depths if d)} ResNet stages; attnkit's has 4 "
                               f"(layer1..layer4)")
-    block = "bottleneck" if f"{body}layer1.0.conv3.weight" in tensors else "basic"
+    block: Literal["basic", "bottleneck"] = "bottleneck" if f"{body}layer1.0.conv3.weight" in tensors else "basic"
     last = "conv3" if block == "bottleneck" else "conv2"
     widths = tuple(tensors[f"{body}layer{i}.0.{last}.weight"].shape[0] for i in range(1, 5))
     inner = tuple(tensors[f"{body}layer{i}.0.conv1.weight"].shape[0] for i in range(1, 5))
