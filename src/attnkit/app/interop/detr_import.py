@@ -7,8 +7,14 @@ checkpoint's `checkpoint["model"]` loads as it is. A Hugging Face folder is rena
 inverse of the published conversion table (transformers' `convert_detr_original_pytorch_checkpoint
 _to_pytorch.py`), for both its old (4.x: `out_proj`, `fc1`, timm backbone) and new (5.x: `o_proj`,
 `mlp.fc1`, HF ResNet backbone) key layouts; its separate q/k/v projections are packed into torch's
-`in_proj_weight`. The backbone family (R18/34/50/101) and all sizes are read off the tensors; the
-number of heads and DC5 are not in the tensors (official: `--heads`, default 8; DC5 from the name).
+`in_proj_weight`. The backbone's ResNet (block type, blocks and channels per stage, stem width, 1 or 3
+input channels: any layout, transformers' DetrModelTester's tiny ones included) and all sizes are read off
+the tensors; a torchvision-named layout keeps its name (resnet50), any other is backbone "resnet" with its
+backbone_* fields. The number of heads and DC5 are not in the tensors (official: `--heads`, default 8; DC5
+from the name; a folder: its config, where a timm backbone's output_stride 16 is DC5 and transformers' own
+ResNet is never dilated). What attnkit cannot compute as transformers does (another backbone, activation or
+position embedding, a stride in the stem stage or in a bottleneck's 1x1, DETR reading another stage) is
+refused with the config field named.
 A COCO model's 91 outputs (label = category id, 11 ids unused: "N/A") become COCO's 80 categories
 (`category_ids` keeps each label's id), the labels `detect` and `eval detection` use.
 """

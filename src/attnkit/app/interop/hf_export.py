@@ -5,7 +5,7 @@ ResNet backbone, so no timm is needed), a translation Transformer run -> `Marian
 The tensor names come from a model `transformers` builds from the exported config: each of its
 names is mapped to attnkit's by the import tables (detr_import, marian_import) and q/k/v are cut
 out of torch's packed `in_proj_*`, so the export follows the installed version's layout, and the
-load is strict (every tensor named, none left over). What does not match (pre-norm DETR, a
+load is strict (every tensor named, none left over). What does not match (pre-norm or DC5 DETR, a
 translation model with the paper's interleaved positions or final LayerNorms, ...) is refused with
 the differences named; `--set model.KEY=VALUE` at training time can make a model exportable.
 """
