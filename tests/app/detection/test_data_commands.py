@@ -73,7 +73,7 @@ def test_malformed_yaml_and_xml_are_one_line_naming_file_and_line(tmp_path, layo
     one_error_line(invoke("data", "convert", voc, "--to", "coco", "--out", tmp_path / "coco"),
                    f"{xml}:", "not valid XML")
     assert not (tmp_path / "coco").exists()
-    one_error_line(invoke("data", "check", tmp_path / "nothing"), "no such folder")
+    one_error_line(invoke("data", "check", tmp_path / "nothing"), "not a folder")
 
 
 def test_convert_refuses_a_non_empty_out(layouts):

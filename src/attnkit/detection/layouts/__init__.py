@@ -64,7 +64,7 @@ def find_layout(path: Path) -> Layout:
     """The layout of PATH, by what is in it (COCO first when a folder holds two); DataError naming what was expected."""
     path = Path(path)
     if not path.exists():
-        raise DataError(f"{path}: no such folder")
+        raise DataError(f"{path}: not a folder (nothing is there)")
     for name, format_ in FORMATS.items():
         if format_.found_in(path):
             return Layout(name, path)
