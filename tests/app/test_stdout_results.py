@@ -59,7 +59,8 @@ def test_detect_prints_one_line_per_image_and_the_json_file(detection_run, tmp_p
 def test_eval_json_is_the_only_stdout_line(detection_run, tmp_path: Path, coco_writer):
     images = [{"id": 1, "file_name": "a.png", "width": 48, "height": 40}]
     boxes = [{"id": 1, "image_id": 1, "category_id": 2, "bbox": [4, 6, 20, 10], "iscrowd": 0}]
-    folder, annotations = coco_writer(tmp_path, images, boxes, [{"id": 1, "name": "disc"}, {"id": 2, "name": "square"}])
+    categories = [{"id": 1, "name": "disc"}, {"id": 2, "name": "square"}]
+    folder, annotations = coco_writer(tmp_path, images, boxes, categories)
     result = invoke("eval", "detection", detection_run, "--images", folder, "--annotations", annotations, "--json",
                     "--device", "cpu")
     assert len(result.stdout.splitlines()) == 1 and json.loads(result.stdout)["images"] == 1

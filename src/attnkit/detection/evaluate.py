@@ -17,6 +17,7 @@ import io
 import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -24,6 +25,7 @@ from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 from torch import Tensor, nn
 
+from attnkit.detection.confusion import confusion_matrix
 from attnkit.detection.data import CocoAnnotations, CocoDetection
 from attnkit.detection.postprocess import pairs, postprocess
 from attnkit.detection.transforms import collate
@@ -155,3 +157,42 @@ def evaluate_detector(model: nn.Module, dataset: CocoDetection, batch_size: int 
     start = time.perf_counter()
     metrics = coco_evaluate(dataset.coco, predict_dataset(model, dataset, batch_size))
     return {**metrics, "images": len(dataset), "seconds": round(time.perf_counter() - start, 3)}
+
+
+@dataclass(frozen=True)
+class Diagnostics:
+    """Where a detector's AP goes: per class, its precision-recall curves, and which classes it confuses."""
+    metrics: dict[str, float]  # COCO's six, images, seconds (as evaluate_detector)
+    names: list[str]  # label -> class name
+    per_class: dict[str, dict[str, float | None]]  # name -> {"AP", "AP50"}; None for a class without objects
+    recall: np.ndarray  # (101,) COCO's recall thresholds
+    precision: dict[str, dict[float, np.ndarray | None]]  # name -> IoU (0.5, 0.75) -> (101,) precision
+    confusion: Tensor  # (classes + 1, classes + 1) counts, last row and column background (detection/confusion.py)
+    score_threshold: float
+    iou_threshold: float
+
+    def as_dict(self) -> dict:
+        """metrics, with "per_class" and "confusion" ({"labels", "matrix", "score_threshold", "iou_threshold"})."""
+        return {**self.metrics, "per_class": self.per_class,
+                "confusion": {"labels": [*self.names, "background"], "matrix": self.confusion.tolist(),
+                              "score_threshold": self.score_threshold, "iou_threshold": self.iou_threshold}}
+
+
+def diagnose_detector(model: nn.Module, dataset: CocoDetection, batch_size: int = 8, score_threshold: float = 0.5,
+                      iou_threshold: float = 0.5) -> Diagnostics:
+    """COCO AP of MODEL on DATASET (as evaluate_detector), per class, with PR curves and the confusion matrix."""
+    start = time.perf_counter()
+    results = predict_dataset(model, dataset, batch_size)
+    evaluator = run_cocoeval(dataset.coco, results)
+    coco = dataset.coco
+    metrics = ({name: float(value) for name, value in zip(METRICS, evaluator.stats[:6])} if evaluator is not None
+               else dict.fromkeys(METRICS, 0.0))
+    by_iou = {iou: pr_curves(evaluator, coco.category_ids, iou) if evaluator is not None
+              else dict.fromkeys(coco.category_ids) for iou in (0.5, 0.75)}
+    classes = per_class_ap(evaluator, coco.category_ids)
+    confusion = confusion_matrix(coco, results, score_threshold, iou_threshold)
+    metrics |= {"images": len(dataset), "seconds": round(time.perf_counter() - start, 3)}
+    return Diagnostics(metrics, list(coco.names), {name: classes[c] for name, c in zip(coco.names, coco.category_ids)},
+                       np.linspace(0, 1, 101), {name: {iou: by_iou[iou][c] for iou in by_iou}
+                                                for name, c in zip(coco.names, coco.category_ids)},
+                       confusion, score_threshold, iou_threshold)

@@ -19,13 +19,15 @@ DATA_HELP = ("shapes (built in) or a dataset folder, its layout found: COCO (tra
 def train_detection(
     data: str = typer.Option(None, "--data", help=DATA_HELP),
     out: Path = typer.Option(..., "--out", help="Run folder to write (config, weights, metrics, curves)."),
-    images: Path = typer.Option(None, "--images", help="Training image folder (with --annotations, instead of --data)."),
+    images: Path = typer.Option(None, "--images", help="Training image folder (with --annotations, instead of "
+                                "--data)."),
     annotations: Path = typer.Option(None, "--annotations", help="Training instances_*.json."),
     val_images: Path = typer.Option(None, "--val-images", help="Validation image folder."),
     val_annotations: Path = typer.Option(None, "--val-annotations", help="Validation instances_*.json."),
     preset: str = typer.Option(None, "--preset", help="small (the default; 2 CPU cores), detr-r50 (the paper) or "
                                "tiny."),
-    arch: str = typer.Option(None, "--arch", help="Detector architecture: fast (the small preset's) or detr (the paper's; the other presets')."),
+    arch: str = typer.Option(None, "--arch", help="Detector architecture: fast (the small preset's) or detr (the "
+                             "paper's; the other presets')."),
     backbone_weights: Path = typer.Option(None, "--backbone-weights",
                                           help="Local pretrained torchvision ResNet weights (.pth or .safetensors)."),
     init: Path = typer.Option(None, "--init", help="Start from the weights of this detection run (e.g. one written "
@@ -35,7 +37,8 @@ def train_detection(
     epochs: int = typer.Option(None, "--epochs", help="Epoch budget."),
     steps: int = typer.Option(None, "--steps", help="Optimizer-step budget."),
     no_flip: bool = typer.Option(False, "--no-flip", help="No horizontal flips (for data where mirror images differ)."),
-    set_: list[str] = typer.Option([], "--set", help="Override a config value: --set model.num_queries=50 --set train.lr=2e-4."),
+    set_: list[str] = typer.Option([], "--set", help="Override a config value: --set model.num_queries=50 "
+                                   "--set train.lr=2e-4."),
     eval_every_minutes: float = typer.Option(2.0, "--eval-every-minutes", help="Validate (COCO AP) this often."),
     shapes_images: int = typer.Option(1000, "--shapes-train-images", help="Training images of `shapes`."),
     shapes_val_images: int = typer.Option(200, "--shapes-val-images", help="Validation images of `shapes`."),
@@ -82,22 +85,27 @@ def eval_detection(
     weights: str = typer.Option("best", "--weights", help="best, last or average."),
     batch_size: int = typer.Option(8, "--batch-size", help="Images per forward pass (does not change the result)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    score_threshold: float = typer.Option(0.5, "--score-threshold", help="The confusion matrix counts detections "
+                                          "with at least this score (matched to objects at IoU 0.5)."),
     device: str = typer.Option(None, "--device", help="cpu or cuda (default: cuda when available)."),
     skip_bad_images: bool = typer.Option(False, "--skip-bad-images", help="Decode every image first; leave out "
                                          "and list the unreadable ones and unusable annotation entries (AP is then "
                                          "over the rest) instead of stopping."),
 ) -> None:
-    """COCO box AP of RUN on a split: AP, AP50, AP75, APs, APm, APl."""
+    """COCO box AP of RUN on a split: AP, AP50, AP75, APs, APm, APl; each class's AP and AP50; with --json also
+    the confusion matrix (a background row and column)."""
     with user_errors():
         from attnkit.app.detection.recipe import check_categories
         from attnkit.detection.detector import Detector
-        from attnkit.detection.evaluate import evaluate_detector
+        from attnkit.detection.evaluate import diagnose_detector
         from attnkit.detection.shapes import ShapesConfig
         from attnkit.detection.sources import open_split, split_paths
         from attnkit.detection.transforms import eval_transforms
 
         if batch_size < 1:
             raise ConfigError("--batch-size must be at least 1")
+        if not 0.0 <= score_threshold <= 1.0:
+            raise ConfigError(f"--score-threshold must be between 0 and 1, got {score_threshold}")
         detector = Detector.from_run(run, weights, resolve_device(device))
         config = detector.config
         shapes = ShapesConfig(**config.shapes) if config.shapes else ShapesConfig()
@@ -105,14 +113,18 @@ def eval_detection(
         dataset = open_split(split_paths(source, split, run, shapes, images, annotations),
                              eval_transforms(config.train.val_size, config.train.max_size), skip_bad=skip_bad_images)
         check_categories(config, dataset.coco)
-        metrics = evaluate_detector(detector.model, dataset, batch_size)
+        diagnostics = diagnose_detector(detector.model, dataset, batch_size, score_threshold)
+        metrics = diagnostics.metrics
         if skip_bad_images:
             metrics |= {"skipped_images": len(dataset.coco.skipped_images),
                         "skipped_entries": len(dataset.coco.skipped_entries)}
         if as_json:
-            print(json.dumps(metrics))
+            print(json.dumps(diagnostics.as_dict()))
         else:
             print(" ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))
+            for name, scores in diagnostics.per_class.items():
+                print(f"  {name}: " + ", ".join(f"{k} {'-' if v is None else f'{v:.4f}'}" for k, v in scores.items())
+                      + ("" if scores["AP"] is not None else " (no objects)"))
 
 
 @app.command()
@@ -129,11 +141,9 @@ def detect(
 ) -> None:
     """Detect objects in IMAGE files; draw boxes with class names and scores into OUT."""
     with user_errors():
-        from attnkit.detection.data import read_image
-        from attnkit.detection.detector import Detector
-        from attnkit.detection.draw import draw_boxes
-
         from attnkit.app.export.backends import load_detector
+        from attnkit.detection.data import read_image
+        from attnkit.detection.draw import draw_boxes
 
         detector = load_detector(run, weights, resolve_device(device), backend)
         out.mkdir(parents=True, exist_ok=True)
@@ -142,7 +152,8 @@ def detect(
             image = read_image(path)
             found = detector.predict(image, threshold)[0]
             target = out / f"{path.stem}.png"
-            draw_boxes(image, found.boxes.tolist(), found.labels.tolist(), found.names, found.scores.tolist()).save(target)
+            drawn = draw_boxes(image, found.boxes.tolist(), found.labels.tolist(), found.names, found.scores.tolist())
+            drawn.save(target)
             print(f"{path}: {len(found)} objects ({', '.join(found.names) or 'none'}) -> {target}")
             results += [{"image_id": index, "file_name": str(path), "category_id": category,
                          "bbox": [round(x0, 2), round(y0, 2), round(x1 - x0, 2), round(y1 - y0, 2)],

@@ -53,7 +53,9 @@ def report_samples(task: Any) -> Any:
     val_set = task.val_set
     if val_set is None:
         return Samples()
-    return Samples(images=[str((val_set.images / r.file_name).resolve()) for r in val_set.coco.records[:REPORT_IMAGES]])
+    images = [str((val_set.images / r.file_name).resolve()) for r in val_set.coco.records[:REPORT_IMAGES]]
+    return Samples(images=images, evaluation={"images": str(val_set.images.resolve()),
+                                              "annotations": str(val_set.coco.path.resolve())})
 
 
 def report_predictions(run: Any, samples: Any, assets: Path) -> str:
@@ -71,7 +73,39 @@ def report_predictions(run: Any, samples: Any, assets: Path) -> str:
         paths = save_detection_maps(detector, read_image(Path(image_path)), assets, f"image{index}")
         parts.append(f"<h3>Image {index}: {html.escape(Path(image_path).name)}</h3>\n"
                      + "\n".join(image_tag(path, path.stem) for path in paths))
+    if samples.evaluation:
+        try:
+            parts.append(report_diagnostics(detector, samples.evaluation, assets))
+        except Exception as error:  # noqa: BLE001 - the samples above are still worth showing
+            parts.append(f"<h2>Per-class AP</h2>\n<p class='error'>Could not evaluate the validation split: "
+                         f"{html.escape(type(error).__name__)}: {html.escape(str(error))}</p>")
     return "\n".join(parts)
+
+
+def report_diagnostics(detector: Any, split: dict[str, str], assets: Path) -> str:
+    """The report's diagnostics on the validation split: AP and AP50 per class (a table), each class's
+    precision-recall curve, and the confusion matrix (app/visualize/detection_diagnostics.py)."""
+    from attnkit.app.visualize.detection_diagnostics import save_confusion_matrix, save_pr_curves
+    from attnkit.app.visualize.report import image_tag
+    from attnkit.detection.evaluate import diagnose_detector
+    from attnkit.detection.sources import open_split
+    from attnkit.detection.transforms import eval_transforms
+
+    train = detector.config.train
+    dataset = open_split((Path(split["images"]), Path(split["annotations"])),
+                         eval_transforms(train.val_size, train.max_size))
+    found = diagnose_detector(detector.model, dataset)
+    rows = "".join(f"<tr><td>{html.escape(name)}</td>" + "".join(
+        f"<td>{'&ndash;' if value is None else f'{value:.3f}'}</td>" for value in scores.values()) + "</tr>"
+        for name, scores in found.per_class.items())
+    return (f"<h2>Per-class AP</h2>\n<p>Best weights on the {found.metrics['images']} validation images of "
+            f"{html.escape(split['annotations'])}: AP {found.metrics['AP']:.3f}, AP50 {found.metrics['AP50']:.3f} "
+            f"(&ndash;: no objects of that class).</p>\n<table><tr><th>class</th><th>AP</th><th>AP50</th></tr>"
+            f"{rows}</table>\n<h3>Precision-recall curves</h3>\n"
+            + image_tag(save_pr_curves(found, assets / "pr_curves.png"), "precision-recall curve per class")
+            + "\n<h3>Confusion matrix</h3>\n<p>Rows: true class, columns: detected class; the background column "
+            "counts missed objects, the background row false detections.</p>\n"
+            + image_tag(save_confusion_matrix(found, assets / "confusion_matrix.png"), "confusion matrix"))
 
 
 def demo(out: Path) -> None:

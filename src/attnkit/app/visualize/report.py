@@ -40,6 +40,7 @@ class Samples:
 
     texts: list[dict[str, str]] = field(default_factory=list)  # {"source", "reference" (may be "")}
     images: list[str] = field(default_factory=list)  # image file paths
+    evaluation: dict[str, str] = field(default_factory=dict)  # the split diagnosed (detection: images, annotations)
 
 
 def write_report(run: RunFolder | Path, task: Any = None, texts: Sequence[str] = (), images: Sequence[Path] = (),
