@@ -58,15 +58,15 @@ def read(source: SplitSource, problems: Problems) -> dict[str, Any]:
 
 
 def _check_boxes(path: Path, document: dict[str, Any], problems: Problems) -> None:
-    sizes = {entry.get("id"): (entry.get("width"), entry.get("height"))
-             for entry in document.get("images") or [] if isinstance(entry, dict)}
+    sizes: dict[Any, tuple[Any, Any]] = {entry.get("id"): (entry.get("width"), entry.get("height"))
+                                         for entry in document.get("images") or [] if isinstance(entry, dict)}
     for index, entry in enumerate(document.get("annotations") or []):
         bbox = entry.get("bbox") if isinstance(entry, dict) else None
-        size = sizes.get(entry.get("image_id")) if isinstance(entry, dict) else None
+        width, height = sizes.get(entry.get("image_id"), (None, None)) if isinstance(entry, dict) else (None, None)
         if not (isinstance(bbox, list) and len(bbox) == 4 and all(isinstance(v, (int, float)) for v in bbox)
-                and size and all(isinstance(v, int) for v in size)):
+                and isinstance(width, int) and isinstance(height, int)):
             continue  # malformed: an error of `attnkit.detection.data`
-        for message in box_findings(*bbox, *size):
+        for message in box_findings(bbox[0], bbox[1], bbox[2], bbox[3], width, height):
             problems.warning(str(path), f"annotations[{index}] (image id {entry['image_id']}) {message}")
 
 

@@ -28,6 +28,7 @@ def convert(source: Path, to: str, out: Path, link: bool = True) -> list[str]:
     for split in layout.splits():
         where = layout.source(split)
         coco = read_split(where)
+        assert coco.raw is not None  # kept: read_split's keep_raw
         splits[split] = (where.images, coco.raw)
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))

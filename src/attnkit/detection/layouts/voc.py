@@ -53,7 +53,7 @@ class _LineBuilder(ElementTree.TreeBuilder):
         self.lines: dict[ElementTree.Element, int] = {}
         self.expat: Any = None
 
-    def start(self, tag, attrs):  # type: ignore[no-untyped-def]
+    def start(self, tag, attrs):
         element = super().start(tag, attrs)
         self.lines[element] = self.expat.CurrentLineNumber
         return element

@@ -70,6 +70,8 @@ def class_names(file: Path, loaded: dict[str, Any]) -> list[str]:
         names = [names[k] for k in range(len(names))]
     if not isinstance(names, list) or not names:
         raise DataError(f"{file}: 'names' must be a non-empty list of class names, or {{id: name}}")
+    if loaded.get("nc") is not None and loaded["nc"] != len(names):
+        raise DataError(f"{file}: 'nc' is {loaded['nc']} but 'names' has {len(names)} classes")
     return [str(name) for name in names]
 
 
@@ -96,7 +98,7 @@ def image_files(file: Path, loaded: dict[str, Any], split: str) -> list[Path]:
         files += _listed(file, _resolve(base, str(entry)), split)
     if not files:
         raise DataError(f"{file}: '{split}' ({spec}) has no images")
-    return files
+    return [Path(os.path.abspath(f)) for f in files]  # absolute and without `..`: one root for folders and lists
 
 
 def _resolve(base: Path, entry: str) -> Path:
@@ -112,8 +114,7 @@ def _listed(file: Path, path: Path, split: str) -> list[Path]:
         return sorted(f for f in path.rglob("*") if f.suffix.lower() in IMAGE_SUFFIXES and f.is_file())
     if path.suffix == ".txt" and path.is_file():
         lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
-        return [(path.parent / line).resolve() if not Path(line).is_absolute() else Path(line)
-                for line in lines if line]
+        return [path.parent / line for line in lines if line]  # an absolute line stays absolute
     if path.suffix.lower() in IMAGE_SUFFIXES and path.is_file():
         return [path]
     raise DataError(f"{file}: '{split}' names {path}, which is not an image folder, a .txt list or an image")
