@@ -323,7 +323,8 @@ def test_an_official_layout_checkpoint_of_any_resnet_imports_with_the_same_outpu
 
 
 def test_an_imported_greyscale_model_of_any_layout_fine_tunes_and_detects(tmp_path):
-    """`train detection --init` and `detect` feed it grey images (model.num_channels, the transforms)."""
+    """`train detection --init`, `detect` and `eval detection` feed it grey images (model.num_channels, the
+    transforms)."""
     from PIL import Image
     from typer.testing import CliRunner
 
@@ -343,6 +344,8 @@ def test_an_imported_greyscale_model_of_any_layout_fine_tunes_and_detects(tmp_pa
     Image.new("RGB", (80, 60), (200, 30, 30)).save(tmp_path / "red.png")
     result = runner.invoke(load_commands(), ["detect", str(tmp_path / "run"), str(tmp_path / "red.png"), "--out",
                                              str(tmp_path / "detections")])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(load_commands(), ["eval", "detection", str(tmp_path / "run"), "--weights", "last"])
     assert result.exit_code == 0, result.output
 
 

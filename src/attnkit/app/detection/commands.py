@@ -111,7 +111,8 @@ def eval_detection(
         shapes = ShapesConfig(**config.shapes) if config.shapes else ShapesConfig()
         source = data or (config.data if images is None else None)
         dataset = open_split(split_paths(source, split, run, shapes, images, annotations),
-                             eval_transforms(config.train.val_size, config.train.max_size), skip_bad=skip_bad_images)
+                             eval_transforms(config.train.val_size, config.train.max_size, config.model.num_channels),
+                             skip_bad=skip_bad_images)
         check_categories(config, dataset.coco)
         diagnostics = diagnose_detector(detector.model, dataset, batch_size, score_threshold)
         metrics = diagnostics.metrics
