@@ -76,6 +76,7 @@ def test_missing_xml_and_box_problems_are_collected(tmp_path):
     # (11, 21, 10, 20): xmax < xmin, but 10 and 20 fit as a width and height; (90, 1, 120, 20): past x = 100
     xml = annotation("a.jpg", [("cat", (11, 21, 10, 20), False), ("cat", (90, 1, 120, 20), False)])
     root = write_voc(tmp_path, {"a": xml}, splits={"train": ["a", "gone"], "val": ["a"]})
+    Image.new("RGB", (10, 10)).save(root / "JPEGImages" / "lone.jpg")
     problems = Problems(raise_errors=False)
     coco = read_split(find_layout(root).source("train"), problems=problems)
     xml_file, listing = root / "Annotations" / "a.xml", root / "ImageSets" / "Main" / "train.txt"
@@ -84,5 +85,7 @@ def test_missing_xml_and_box_problems_are_collected(tmp_path):
         f"{xml_file}:4: its xmax ymax look like a width and height; VOC's are corners",
         f"{xml_file}:5: box [90.0, 1.0, 120.0, 20.0] reaches outside the 100x50 image: clamped",
         f"{listing}:2: no annotation file {root / 'Annotations' / 'gone.xml'} for image id 'gone'",
+        f"{root / 'JPEGImages' / 'lone.jpg'}: no annotation file {root / 'Annotations' / 'lone.xml'}: not used",
     ]
+    assert [p.severity for p in problems.found] == ["warning", "warning", "warning", "error", "note"]
     torch.testing.assert_close(coco.records[0].boxes, torch.tensor([[89.0, 0.0, 100.0, 20.0]]))

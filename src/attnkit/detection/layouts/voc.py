@@ -114,8 +114,18 @@ def read(source: SplitSource, problems: Problems) -> dict[str, Any]:
         for category, bbox, difficult in objects:
             annotations.append({"id": len(annotations) + 1, "image_id": entry["id"], "category_id": category + 1,
                                 "bbox": bbox, "area": bbox[2] * bbox[3], "iscrowd": int(difficult)})
+    if not problems.raise_errors:
+        _unannotated_images(root, problems)
     return {"images": images, "annotations": annotations,
             "categories": [{"id": k + 1, "name": name} for k, name in enumerate(names)]}
+
+
+def _unannotated_images(root: Path, problems: Problems) -> None:
+    """A note for the images of JPEGImages/ that have no Annotations/<id>.xml (no split can use them)."""
+    annotated = {file.stem for file in (root / "Annotations").glob("*.xml")}
+    for image in sorted((root / "JPEGImages").iterdir()):
+        if image.is_file() and not image.name.startswith(".") and image.stem not in annotated:
+            problems.note(str(image), f"no annotation file {root / 'Annotations' / (image.stem + '.xml')}: not used")
 
 
 def _ids(listing: Path) -> list[tuple[int, str]]:
