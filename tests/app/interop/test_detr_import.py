@@ -353,3 +353,16 @@ def test_dilation_with_transformers_own_resnet_is_not_applied_as_transformers_do
     hf_model = small_detr(small_resnet(), seed=14, dilation=True)  # ResNetBackbone has no dilation
     run = import_and_compare(tmp_path, hf_model)
     assert run.config["model"]["dilation"] is False
+
+
+def test_the_import_command_names_the_layout_it_imported(tmp_path):
+    from typer.testing import CliRunner
+
+    from attnkit.app.cli import load_commands
+
+    small_detr(small_resnet(num_channels=1), num_channels=1, seed=16).save_pretrained(tmp_path / "hf")
+    result = CliRunner().invoke(load_commands(), ["import", "detr", str(tmp_path / "hf"), "--out",
+                                                  str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    assert "imported greyscale DETR ResNet (bottleneck blocks [1, 1, 2, 1], widths [10, 20, 30, 40]): 4 classes" \
+        in result.output

@@ -34,7 +34,10 @@ def import_detr(
 
         run = run_import(path, out, heads, dc5)
         model = run.config["model"]
-        print(f"imported DETR {model['backbone']}{' DC5' if model['dilation'] else ''}: {model['num_classes']} "
+        backbone = model["backbone"] if model["backbone"] != "resnet" else (
+            f"ResNet ({model['backbone_block']} blocks {model['backbone_depths']}, widths {model['backbone_widths']})")
+        grey = " greyscale" if model.get("num_channels") == 1 else ""
+        print(f"imported{grey} DETR {backbone}{' DC5' if model['dilation'] else ''}: {model['num_classes']} "
               f"classes, {model['num_queries']} queries -> {run.path}")
 
 
