@@ -18,6 +18,21 @@ def test_splits_with_and_without_the_year(tmp_path, coco_writer):
     assert layout.source("val").annotations == tmp_path / "annotations" / "instances_val2017.json"
 
 
+
+def test_roboflow_exports_annotations_beside_the_images(tmp_path, coco_writer):
+    for split in ("train", "valid"):
+        _, path = coco_writer(tmp_path, [{"id": 1, "file_name": "a.png", "width": 8, "height": 8}], [], CATEGORIES,
+                              split=split)
+        path.rename(tmp_path / split / "_annotations.coco.json")
+    (tmp_path / "annotations").rmdir()
+    layout = find_layout(tmp_path)
+    assert (layout.name, layout.splits()) == ("coco", ["train", "val"])
+    source = layout.source("val")
+    assert (source.images, source.annotations) == (tmp_path / "valid", tmp_path / "valid" / "_annotations.coco.json")
+    problems = Problems(raise_errors=False)
+    assert read_split(source, problems=problems).records[0].file_name == "a.png" and problems.found == []
+
+
 @pytest.mark.parametrize("bbox, found", [
     ([10, 10, 20, 20], []),
     ([10, 10, 0, 20], ["has an empty box"]),

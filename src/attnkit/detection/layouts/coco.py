@@ -1,5 +1,7 @@
 """The COCO layout (Lin et al. 2014): `annotations/instances_<split>.json` and a `<split>/` image folder.
 
+Also as Roboflow exports it: `<split>/_annotations.coco.json` beside the split's images, `valid/` for val.
+
 `bbox` is [x, y, width, height] in pixels. The reader adds what the entry-by-entry checks of
 `attnkit.detection.data` cannot see: boxes outside the image, empty boxes, and boxes whose
 numbers read as x1 y1 x2 y2 (x + width past the image's right edge, but x2 = width inside it).
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from attnkit.detection.data import resolve_coco
+from attnkit.detection.layouts.document import IMAGE_SUFFIXES
 from attnkit.detection.layouts.problems import Problems
 from attnkit.detection.layouts.source import SplitSource
 from attnkit.errors import DataError
@@ -21,14 +24,19 @@ from attnkit.errors import DataError
 SLACK = 1.0  # pixels a box may pass the image's edge before it is reported (COCO's own boxes do, by fractions)
 
 
+EXPORTED = "_annotations.coco.json"  # Roboflow's name, one per split folder
+ALIASES = {"valid": "val"}
+
+
 def found_in(path: Path) -> bool:
-    return path.is_dir() and any((path / "annotations").glob("instances_*.json"))
+    return path.is_dir() and (any((path / "annotations").glob("instances_*.json")) or any(path.glob(f"*/{EXPORTED}")))
 
 
 def splits(path: Path) -> list[str]:
-    """The split of each `instances_<split>[year].json`: train, val, test..."""
+    """The split of each `instances_<split>[year].json` (or `<split>/_annotations.coco.json`): train, val, test..."""
     names = [re.sub(r"\d{4}$", "", file.stem.removeprefix("instances_"))
              for file in sorted((path / "annotations").glob("instances_*.json"))]
+    names += [ALIASES.get(file.parent.name, file.parent.name) for file in sorted(path.glob(f"*/{EXPORTED}"))]
     return sorted(dict.fromkeys(names), key=_split_order)
 
 
@@ -38,6 +46,9 @@ def _split_order(name: str) -> tuple[int, str]:
 
 
 def locate(path: Path, split: str) -> SplitSource:
+    for folder in [split] + [name for name, alias in ALIASES.items() if alias == split]:
+        if not (path / "annotations").is_dir() and (path / folder / EXPORTED).is_file():
+            return SplitSource("coco", path / folder, path / folder / EXPORTED, split)
     images, annotations = resolve_coco(path, split)
     return SplitSource("coco", images, annotations, split)
 
@@ -84,7 +95,7 @@ def box_findings(x: float, y: float, w: float, h: float, width: int, height: int
 
 def _unlisted_images(source: SplitSource, document: dict[str, Any], problems: Problems) -> None:
     listed = {entry.get("file_name") for entry in document.get("images") or [] if isinstance(entry, dict)}
-    files = sorted(f for f in source.images.rglob("*") if f.is_file() and not f.name.startswith("."))
+    files = sorted(f for f in source.images.rglob("*") if f.suffix.lower() in IMAGE_SUFFIXES and f.is_file())
     unlisted = [f for f in files if f.relative_to(source.images).as_posix() not in listed]
     if unlisted:
         problems.note(str(source.images), f"{len(unlisted)} files not in {source.annotations.name} "

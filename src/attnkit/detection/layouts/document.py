@@ -14,6 +14,8 @@ from typing import Any
 
 from attnkit.errors import DataError
 
+IMAGE_SUFFIXES = {".bmp", ".jpeg", ".jpg", ".mpo", ".png", ".tif", ".tiff", ".webp"}  # image files, in folders
+
 
 @dataclass(frozen=True)
 class Box:

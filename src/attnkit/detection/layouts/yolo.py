@@ -18,12 +18,11 @@ from typing import Any
 import yaml
 from PIL import Image, UnidentifiedImageError
 
-from attnkit.detection.layouts.document import boxes_by_image, labels_of, number, unique_stems
+from attnkit.detection.layouts.document import IMAGE_SUFFIXES, boxes_by_image, labels_of, number, unique_stems
 from attnkit.detection.layouts.problems import Problems, where
 from attnkit.detection.layouts.source import SplitSource
 from attnkit.errors import DataError
 
-IMAGE_SUFFIXES = {".bmp", ".jpeg", ".jpg", ".mpo", ".png", ".tif", ".tiff", ".webp"}
 SPLITS = ("train", "val", "test")
 EDGE = 1e-6  # normalised slack before a box counts as reaching outside the image
 
