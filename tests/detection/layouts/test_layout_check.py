@@ -33,7 +33,7 @@ def test_counts_and_size_classes(tmp_path, coco_writer):
 
 
 def test_missing_and_mis_sized_images_and_a_missing_split_are_errors(tmp_path, coco_writer):
-    coco_writer(tmp_path, IMAGES, ANNOTATIONS, CATEGORIES, split="train")
+    coco_writer(tmp_path, [*IMAGES, {**IMAGES[2], "id": 4}], ANNOTATIONS, CATEGORIES, split="train")
     (tmp_path / "train" / "a.png").unlink()
     Image.new("RGB", (20, 10)).save(tmp_path / "train" / "b.png")
     report = check_dataset(tmp_path)
@@ -43,3 +43,6 @@ def test_missing_and_mis_sized_images_and_a_missing_split_are_errors(tmp_path, c
         f"{tmp_path / 'train' / 'b.png'}: is 20x10, annotated as 200x100 in "
         f"{tmp_path / 'annotations' / 'instances_train.json'}",
         f"{tmp_path}: no val split: `attnkit train detection --data` needs train and val"]
+    assert [str(p) for p in report.problems if p.severity == "warning"] == [
+        f"{tmp_path / 'train' / 'c.png'}: listed twice in {tmp_path / 'annotations' / 'instances_train.json'} "
+        "(image id 4): trained on twice"]

@@ -88,8 +88,13 @@ def summarize(split: str, coco: CocoAnnotations) -> SplitSummary:
 
 def _check_images(folder: Path, coco: CocoAnnotations, hashes: dict[str, Path], problems: Problems) -> None:
     """Open every image of COCO (missing, unreadable, another size: errors) and warn of same-bytes duplicates."""
+    listed: set[str] = set()
     for record in coco.records:
         path = folder / record.file_name
+        if record.file_name in listed:
+            problems.warning(str(path), f"listed twice in {coco.path} (image id {record.image_id}): trained on twice")
+            continue
+        listed.add(record.file_name)
         try:
             data = path.read_bytes()
             with Image.open(io.BytesIO(data)) as image:
