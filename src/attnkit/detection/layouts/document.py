@@ -51,6 +51,14 @@ def boxes_by_image(document: dict[str, Any]) -> dict[int, list[Box]]:
     return boxes
 
 
+def read_lines(path: Path) -> list[str]:
+    """PATH's lines (UTF-8, a byte-order mark allowed); DataError naming the file if it is not text."""
+    try:
+        return path.read_text(encoding="utf-8-sig").splitlines()
+    except UnicodeDecodeError as error:
+        raise DataError(f"{path}: not UTF-8 text ({error})") from None
+
+
 def number(value: float) -> str:
     """VALUE as written to a text file: an integer without a point, else 10 decimals (YOLO's normalised floats:
     1e-10 of the image, far below a pixel) without trailing zeros."""

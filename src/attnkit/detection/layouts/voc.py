@@ -19,7 +19,7 @@ from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import DefusedXMLParser
 from PIL import Image, UnidentifiedImageError
 
-from attnkit.detection.layouts.document import boxes_by_image, labels_of, number
+from attnkit.detection.layouts.document import boxes_by_image, labels_of, number, read_lines
 from attnkit.detection.layouts.problems import Problems, where
 from attnkit.detection.layouts.source import SplitSource
 from attnkit.errors import DataError
@@ -78,7 +78,7 @@ def class_names(root: Path) -> list[str]:
     """labels.txt's names, else every object name under Annotations/, sorted."""
     labels = root / "labels.txt"
     if labels.is_file():
-        return [line.strip() for line in labels.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return [line.strip() for line in read_lines(labels) if line.strip()]
     names: set[str] = set()
     for file in sorted((root / "Annotations").glob("*.xml")):
         try:
@@ -131,7 +131,7 @@ def _unannotated_images(root: Path, problems: Problems) -> None:
 def _ids(listing: Path) -> list[tuple[int, str]]:
     """(line, image id) of each non-empty line of an ImageSets file."""
     return [(number_, text.split()[0]) for number_, text in
-            enumerate(listing.read_text(encoding="utf-8").splitlines(), start=1) if text.strip()]
+            enumerate(read_lines(listing), start=1) if text.strip()]
 
 
 def _read_xml(xml: Path, image_id: str, folder: Path, label_of: dict[str, int], problems: Problems):

@@ -18,7 +18,14 @@ from typing import Any
 import yaml
 from PIL import Image, UnidentifiedImageError
 
-from attnkit.detection.layouts.document import IMAGE_SUFFIXES, boxes_by_image, labels_of, number, unique_stems
+from attnkit.detection.layouts.document import (
+    IMAGE_SUFFIXES,
+    boxes_by_image,
+    labels_of,
+    number,
+    read_lines,
+    unique_stems,
+)
 from attnkit.detection.layouts.problems import Problems, where
 from attnkit.detection.layouts.source import SplitSource
 from attnkit.errors import DataError
@@ -112,7 +119,7 @@ def _listed(file: Path, path: Path, split: str) -> list[Path]:
     if path.is_dir():
         return sorted(f for f in path.rglob("*") if f.suffix.lower() in IMAGE_SUFFIXES and f.is_file())
     if path.suffix == ".txt" and path.is_file():
-        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+        lines = [line.strip() for line in read_lines(path)]
         return [path.parent / line for line in lines if line]  # an absolute line stays absolute
     if path.suffix.lower() in IMAGE_SUFFIXES and path.is_file():
         return [path]
@@ -170,7 +177,7 @@ def _size(image: Path, problems: Problems) -> tuple[int, int] | None:
 def _objects(label: Path, classes: int, size: tuple[int, int], problems: Problems):
     """(class, COCO bbox in pixels) of each usable line of LABEL; the others reported."""
     try:
-        lines = label.read_text(encoding="utf-8").splitlines()
+        lines = label.read_text(encoding="utf-8-sig").splitlines()
     except UnicodeDecodeError as error:
         problems.error(str(label), f"not UTF-8 text ({error})")
         return
