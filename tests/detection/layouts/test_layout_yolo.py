@@ -26,7 +26,8 @@ def write_yolo(root: Path, labels: dict[str, str], names="[cat, dog]", size=(100
 
 
 def test_boxes_are_the_normalised_centres_times_the_image_size(tmp_path):
-    # 100x50 image: cx 0.5 cy 0.5 w 0.2 h 0.4 -> x 40..60, y 15..35; a polygon's box: x 10..30, y 5..25; with a BOM and CRLF
+    # 100x50 image: cx 0.5 cy 0.5 w 0.2 h 0.4 -> x 40..60, y 15..35; a polygon's box: x 10..30, y 5..25
+    # (the label file starts with a byte-order mark and has Windows line ends)
     root = write_yolo(tmp_path, {"a": "\ufeff1 0.5 0.5 0.2 0.4\r\n0 0.1 0.1 0.3 0.1 0.3 0.5 0.1 0.5\n", "b": ""})
     layout = find_layout(root)
     assert layout.name == "yolo" and layout.splits() == ["train", "val"]
