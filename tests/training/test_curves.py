@@ -46,8 +46,8 @@ def test_the_figure_skips_sentinels_and_smooths_the_loss():
     assert list(large.get_xdata()) == [100] and list(large.get_ydata()) == [0.4]  # step 50's -1 left out
     assert large.get_marker() == "o"  # a single point shows
     assert any(text.get_text() == "0.4" for text in by_size.texts)  # the latest value, written
-    (time,) = loss.child_axes  # the time axis on top: 400 s of training read in minutes
-    assert time.xaxis.get_major_formatter()(5, 0) == "5 min"
+    (time,) = loss.child_axes  # on top, at the step axis's ticks: the time then (2 s a step, 400 s in minutes)
+    assert time.xaxis.get_major_formatter()(150, 0) == "5 min"
     plt.close(figure)
 
 

@@ -27,6 +27,7 @@ from attnkit.storage import RunFolder, atomic_write  # noqa: E402
 
 NOT_METRICS = {"step", "time", "split", "epoch", "elapsed_s", "images", "seconds", "sentences", "items", "tokens",
                "skipped_images", "skipped_entries"}
+STEP_TICKS = 6  # at most this many ticks on a step axis (MaxNLocator's nbins)
 NO_SUCH_OBJECTS = -1.0  # COCOeval's value of a metric whose area range (or class) has no ground truth
 FAMILIES = ((re.compile(r"AP\d*"), "AP by IoU threshold"), (re.compile(r"AP[sml]"), "AP by object size"))
 
@@ -133,7 +134,7 @@ def _points(records: Sequence[dict[str, Any]], key: str) -> list[tuple[int, floa
 
 def _steps_axis(ax) -> None:
     ax.set_xlabel("step")
-    ax.xaxis.set_major_locator(MaxNLocator(nbins=6, integer=True))
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=STEP_TICKS, integer=True))
     ax.xaxis.set_major_formatter(EngFormatter(sep=""))  # 12000 -> 12k
     ax.grid(alpha=0.3)
 
@@ -148,9 +149,10 @@ def _time_axis(ax, train: Sequence[dict[str, Any]]) -> bool:
     if np.any(np.diff(steps) <= 0) or np.any(np.diff(seconds) <= 0):
         return False
     unit, size = ("s", 1) if seconds[-1] < 120 else ("min", 60) if seconds[-1] < 3 * 3600 else ("h", 3600)
-    time = seconds / size
-    top = ax.secondary_xaxis("top", functions=(_line_through(steps, time), _line_through(time, steps)))
-    top.xaxis.set_major_formatter(lambda value, _: f"{value:g} {unit}")
+    time_at = _line_through(steps, seconds / size)
+    top = ax.secondary_xaxis("top")  # in steps, ticked where the step axis is, labelled with the time there
+    top.xaxis.set_major_locator(MaxNLocator(nbins=STEP_TICKS, integer=True))
+    top.xaxis.set_major_formatter(lambda step, _: f"{max(0.0, float(time_at(step))):.2g} {unit}")
     top.tick_params(labelsize=7)
     return True
 
