@@ -55,3 +55,31 @@ def test_japanese_without_mecab_scores_characters_and_says_so():
     assert "tok:char" in result.bleu_signature
     assert_close(result.bleu, sacrebleu.corpus_bleu(["今日は学校に行く。"], [["今日は学校に行きます。"]],
                                                     tokenize="char").score)
+
+
+def test_length_ratio_is_bleus():
+    assert_close(score(["a b"], ["a b c d"]).length_ratio, 0.5)
+    assert_close(score(CLOSE, REFERENCES).length_ratio,
+                 sacrebleu.corpus_bleu(CLOSE, [REFERENCES], tokenize="zh").sys_len / sum(
+                     len(sacrebleu.tokenizers.tokenizer_zh.TokenizerZh()(r).split()) for r in REFERENCES))
+
+
+def test_scores_by_length_bucket_are_the_scores_of_those_sentences():
+    from attnkit.translation.evaluate import scores_by_length
+
+    long = " ".join(f"w{i}" for i in range(45))
+    references = ["one two", "one two three four five six seven", "a b c d e f g h", long]
+    hypotheses = ["one two", "one two three four", "a b c d e f g x", long[:40]]
+    buckets = scores_by_length(hypotheses, references)
+    assert list(buckets) == ["1-5", "6-10", "41+"]  # in length order; no sentence of 11 to 40 tokens
+    assert [b.sentences for b in buckets.values()] == [1, 2, 1]
+    assert_close(buckets["6-10"].bleu, score(hypotheses[1:3], references[1:3]).bleu)
+    assert_close(buckets["1-5"].chrf, 100.0)  # (its BLEU is 0: two tokens have no 3- or 4-grams)
+
+
+def test_sentence_chrf_is_sacrebleus():
+    from attnkit.translation.evaluate import sentence_chrf
+
+    expected = [sacrebleu.sentence_chrf(h, [r]).score for h, r in zip(FAR, REFERENCES)]
+    assert_close(sentence_chrf(FAR, REFERENCES), expected)
+    assert sentence_chrf(["exactly this"], ["exactly this"]) == [100.0]

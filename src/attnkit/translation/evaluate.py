@@ -34,10 +34,12 @@ class Scores:
     sentences: int
     bleu_signature: str
     chrf_signature: str
+    length_ratio: float = 1.0  # BLEU's hypothesis / reference length in its tokens; below 1 costs brevity penalty
 
     def as_dict(self) -> dict[str, float | int | str]:
         return {"bleu": self.bleu, "chrf": self.chrf, "exact_match": self.exact_match, "sentences": self.sentences,
-                "bleu_signature": self.bleu_signature, "chrf_signature": self.chrf_signature}
+                "length_ratio": self.length_ratio, "bleu_signature": self.bleu_signature,
+                "chrf_signature": self.chrf_signature}
 
 
 def score(hypotheses: Sequence[str], references: Sequence[str], target_lang: str | None = None) -> Scores:
@@ -54,7 +56,33 @@ def score(hypotheses: Sequence[str], references: Sequence[str], target_lang: str
     chrf_score = chrf.corpus_score(list(hypotheses), [list(references)])
     exact = sum(h.strip() == r.strip() for h, r in zip(hypotheses, references)) / len(references)
     return Scores(bleu_score.score, chrf_score.score, 100.0 * exact, len(references),
-                  str(bleu.get_signature()), str(chrf.get_signature()))
+                  str(bleu.get_signature()), str(chrf.get_signature()), bleu_score.ratio)
+
+
+def sentence_chrf(hypotheses: Sequence[str], references: Sequence[str]) -> list[float]:
+    """Each sentence's chrF (sacreBLEU's sentence_score): which translations went worst."""
+    chrf = CHRF()
+    return [chrf.sentence_score(h, [r]).score for h, r in zip(hypotheses, references)]
+
+
+def scores_by_length(hypotheses: Sequence[str], references: Sequence[str], target_lang: str | None = None,
+                     edges: Sequence[int] = (5, 10, 20, 40)) -> dict[str, Scores]:
+    """Scores of the sentences grouped by reference length in BLEU's tokens: "1-5", "6-10", ..., "41+".
+
+    Where a model falls apart with length (Bahdanau et al. 2015, Figure 2) shows as BLEU dropping in
+    the long buckets; empty buckets are left out.
+    """
+    language = target_lang or script_language(references)
+    tokenizer = BLEU(tokenize=bleu_tokenizer(language)).tokenizer
+    bounds = list(zip([0, *edges], [*edges, None]))
+    groups: dict[str, list[int]] = {}
+    for index, reference in enumerate(references):
+        length = len(tokenizer(reference.strip()).split())
+        low, high = next((low, high) for low, high in bounds if high is None or length <= high)
+        groups.setdefault(f"{low + 1}-{high}" if high is not None else f"{low + 1}+", []).append(index)
+    order = [f"{low + 1}-{high}" if high is not None else f"{low + 1}+" for low, high in bounds]
+    return {name: score([hypotheses[i] for i in groups[name]], [references[i] for i in groups[name]], language)
+            for name in order if name in groups}
 
 
 def bleu_tokenizer(language: str | None) -> str:

@@ -11,6 +11,8 @@ from attnkit.app.tasks import TaskKind
 from attnkit.errors import ConfigError
 
 REPORT_SENTENCES = 3  # validation sentences the run report shows translations for
+DIAGNOSED_SENTENCES = 200  # validation sentences the report scores by length and ranks by chrF
+WORST_SENTENCES = 5
 
 
 def load(run: Path, weights: str = "best", device: Any = "cpu") -> Any:
@@ -51,7 +53,11 @@ def report_samples(task: Any) -> Any:
     """The first validation pairs of the training recipe's task (`TranslationTask`)."""
     from attnkit.app.visualize.report import Samples
 
-    return Samples([{"source": p.source, "reference": p.target} for p in task.valid.pairs[:REPORT_SENTENCES]])
+    pairs = task.valid.pairs
+    return Samples([{"source": p.source, "reference": p.target} for p in pairs[:REPORT_SENTENCES]],
+                   evaluation={"sources": [p.source for p in pairs[:DIAGNOSED_SENTENCES]],
+                               "references": [p.target for p in pairs[:DIAGNOSED_SENTENCES]],
+                               "target_lang": task.config.target_lang or task.valid.target_lang})
 
 
 def report_predictions(run: Any, samples: Any, assets: Path) -> str:
@@ -79,7 +85,32 @@ def report_predictions(run: Any, samples: Any, assets: Path) -> str:
         parts.append(f"<h3>Sentence {index}</h3>\n<p>source: {html.escape(sample['source'])}<br>"
                      f"translation: <b>{html.escape(translation)}</b>{reference}</p>\n"
                      f"{image_tag(mean, 'alignment')}\n{image_tag(last, 'per head')}")
+    if samples.evaluation.get("sources"):
+        parts.append(report_diagnostics(translator, samples.evaluation))
     return "\n".join(parts)
+
+
+def report_diagnostics(translator: Any, split: dict[str, Any]) -> str:
+    """Where the validation BLEU goes: length ratio, scores per reference-length bucket, the worst sentences
+    by chrF (the same beam and weights as the samples)."""
+    from attnkit.app.visualize.report import table
+    from attnkit.translation.evaluate import score, scores_by_length, sentence_chrf
+
+    sources, references, language = split["sources"], split["references"], split.get("target_lang")
+    hypotheses = translator.translate(list(sources))
+    overall = score(hypotheses, references, language)
+    buckets = [{"reference tokens": name, "sentences": s.sentences, "BLEU": s.bleu, "chrF": s.chrf,
+                "length ratio": s.length_ratio}
+               for name, s in scores_by_length(hypotheses, references, language).items()]
+    chrf = sentence_chrf(hypotheses, references)
+    worst = sorted(range(len(chrf)), key=lambda i: chrf[i])[:WORST_SENTENCES]
+    rows = [{"chrF": chrf[i], "source": sources[i], "translation": hypotheses[i], "reference": references[i]}
+            for i in worst]
+    return (f"<h2>Validation diagnostics</h2>\n<p>The first {len(sources)} validation sentences: BLEU "
+            f"{overall.bleu:.2f}, chrF {overall.chrf:.2f}, length ratio {overall.length_ratio:.3f} (translations "
+            f"over references in BLEU's tokens; below 1, BLEU's brevity penalty applies). sacreBLEU: "
+            f"{html.escape(overall.bleu_signature)}</p>\n<h3>By reference length</h3>\n{table(buckets)}\n"
+            f"<h3>The {len(rows)} worst by sentence chrF</h3>\n{table(rows)}")
 
 
 def demo(out: Path) -> None:

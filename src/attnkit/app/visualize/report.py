@@ -40,7 +40,8 @@ class Samples:
 
     texts: list[dict[str, str]] = field(default_factory=list)  # {"source", "reference" (may be "")}
     images: list[str] = field(default_factory=list)  # image file paths
-    evaluation: dict[str, str] = field(default_factory=dict)  # the split diagnosed (detection: images, annotations)
+    # the split diagnosed: detection {"images", "annotations"}; translation {"sources", "references"}
+    evaluation: dict[str, Any] = field(default_factory=dict)
 
 
 def write_report(run: RunFolder | Path, task: Any = None, texts: Sequence[str] = (), images: Sequence[Path] = (),
@@ -192,6 +193,11 @@ def image_tag(path: Path, alt: str) -> str:
     """An <img> with the PNG at PATH embedded, so that the page is one self-contained file."""
     data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
     return f"<img alt='{html.escape(alt)}' src='data:image/png;base64,{data}'>"
+
+
+def table(rows: list[dict[str, Any]], header: bool = True) -> str:
+    """An HTML table of ROWS (one dict a row, the keys the columns; floats to 4 significant digits)."""
+    return _table(rows, header)
 
 
 def _table(rows: list[dict[str, Any]], header: bool = True) -> str:
