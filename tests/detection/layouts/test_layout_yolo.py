@@ -80,6 +80,7 @@ def test_collected_problems_warnings_and_notes(tmp_path):
     assert "no label file" in found["note", str(root / "images" / "train" / "b.png")]
     assert "without an image" in found["warning", str(root / "labels" / "train" / "orphan.txt")]
     assert coco.skipped_entries == [f"{label}:4: {found['error', f'{label}:4']}"]
+    assert read_split(find_layout(root).source("train"), skip_bad=True).skipped_entries == coco.skipped_entries
     torch.testing.assert_close(coco.records[0].boxes[0], torch.tensor([85.0, 20.0, 100.0, 30.0]))  # clamped at 100
 
 
