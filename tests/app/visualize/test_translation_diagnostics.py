@@ -32,3 +32,17 @@ def test_the_samples_carry_the_validation_pairs():
     samples = report_samples(task)
     assert samples.evaluation == {"sources": SOURCES, "references": REFERENCES, "target_lang": "de"}
     assert len(samples.texts) == 3
+
+
+def test_other_samples_keep_the_remembered_split(translation_run, tmp_path):
+    import json
+    import shutil
+
+    from attnkit.app.visualize.report import ASSETS, SAMPLES_FILE, write_report
+
+    run = shutil.copytree(translation_run, tmp_path / "run")
+    split = {"sources": ["one two"], "references": ["eins zwei"], "target_lang": "de"}
+    (run / ASSETS).mkdir()
+    (run / ASSETS / SAMPLES_FILE).write_text(json.dumps({"texts": [], "images": [], "evaluation": split}))
+    page = write_report(run, texts=["three"]).read_text(encoding="utf-8")
+    assert "<h2>Validation diagnostics</h2>" in page and "The first 1 validation sentences" in page

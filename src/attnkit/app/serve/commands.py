@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import typer
@@ -32,6 +33,6 @@ def serve(
         limits = Limits(int(max_body_mb * 1024 * 1024), max_pixels, max_text_chars)
         models = load_models(runs, weights)
         for model in models.values():
-            print(f"serving {model.kind} model {model.name}")
-        print(f"page: http://{host}:{port}/  API schema: http://{host}:{port}/docs")
+            print(f"serving {model.kind} model {model.name}", file=sys.stderr)  # messages: stderr, as uvicorn's
+        print(f"page: http://{host}:{port}/  API schema: http://{host}:{port}/docs", file=sys.stderr, flush=True)
         uvicorn.run(create_app(models, limits), host=host, port=port, log_level="warning")

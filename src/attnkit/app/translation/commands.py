@@ -88,7 +88,8 @@ def eval_translation(
             print(json.dumps(result))
         else:
             print(f"{test.report.summary()}: BLEU {result['bleu']:.2f}, chrF {result['chrf']:.2f}, "
-                  f"exact match {result['exact_match']:.1f}% ({result['seconds']:.1f} s)")
+                  f"exact match {result['exact_match']:.1f}%, length ratio {result['length_ratio']:.3f} "
+                  f"({result['seconds']:.1f} s)")
             print(f"sacreBLEU: {result['bleu_signature']} | {result['chrf_signature']}")
 
 

@@ -83,18 +83,22 @@ def _samples(run: RunFolder, task: Any, texts: Sequence[str], images: Sequence[P
         for image in images:
             if not Path(image).is_file():
                 raise DataError(f"{image}: image file not found")
-        return Samples([{"source": text, "reference": ""} for text in texts], [str(Path(i).resolve()) for i in images])
+        evaluation = _remembered(remembered).evaluation if remembered.is_file() else {}  # the diagnostics stay
+        return Samples([{"source": text, "reference": ""} for text in texts], [str(Path(i).resolve()) for i in images],
+                       evaluation)
     kind = kinds().get(run.kind)  # a run of another kind (a test's toy task) shows no samples
     from_task = kind.report_samples(task) if task is not None and kind is not None else None
     if from_task is not None:
         remembered.write_text(json.dumps(from_task.__dict__, indent=1), encoding="utf-8")
         return from_task
-    if remembered.is_file():
-        try:
-            return Samples(**json.loads(remembered.read_text(encoding="utf-8")))
-        except (json.JSONDecodeError, TypeError) as error:
-            raise DataError(f"{remembered}: not a samples file ({error}); delete it or pass --text/--image") from None
-    return Samples()
+    return _remembered(remembered) if remembered.is_file() else Samples()
+
+
+def _remembered(path: Path) -> Samples:
+    try:
+        return Samples(**json.loads(path.read_text(encoding="utf-8")))
+    except (json.JSONDecodeError, TypeError) as error:
+        raise DataError(f"{path}: not a samples file ({error}); delete it or pass --text/--image") from None
 
 
 # ---------------------------------------------------------------- sections
