@@ -57,6 +57,9 @@ def test_check_lists_a_bad_label_line_and_exits_2(tmp_path, layouts):
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert f"  {label}:{lines}: class id 9 is out of range" in result.stdout
     assert result.stdout.splitlines()[-1] == "result: cannot be trained on (1 error)"
+    report = json.loads(invoke("data", "check", copy, "--json").stdout)
+    errors = [(p["file"], p["line"]) for p in report["problems"] if p["severity"] == "error"]
+    assert not report["trainable"] and errors == [(str(label), lines)]
     one_error_line(invoke("train", "detection", "--data", copy, "--out", tmp_path / "run", "--steps", "1"),
                    f"{label}:{lines}: class id 9")
 

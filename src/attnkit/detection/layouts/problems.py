@@ -19,20 +19,33 @@ from attnkit.errors import DataError
 Severity = Literal["error", "warning", "note"]
 
 
+Place = tuple[str, int | None]  # (file, line counted from 1, or None for the whole file)
+
+
 @dataclass(frozen=True)
 class Problem:
-    """One finding: how bad, where ("file:line", "file", or a message that names its place itself), what."""
+    """One finding: how bad, where (file and line; no file: the message names its place itself), what."""
     severity: Severity
-    where: str
+    file: str
+    line: int | None
     message: str
 
+    @property
+    def where(self) -> str:
+        return where(self.file, self.line)
+
     def __str__(self) -> str:
-        return f"{self.where}: {self.message}" if self.where else self.message
+        return f"{self.where}: {self.message}" if self.file else self.message
 
 
 def where(path: Path | str, line: int | None = None) -> str:
-    """"path:line" (line counted from 1), or "path" for a problem of the whole file."""
+    """"path:line" (line counted from 1), or "path" for a problem of the whole file: as messages write it."""
     return f"{path}:{line}" if line is not None else str(path)
+
+
+def at(path: Path | str, line: int | None = None) -> Place:
+    """The place of a problem: PATH, and the LINE (from 1) when it is one line's."""
+    return str(path), line
 
 
 @dataclass
@@ -41,16 +54,22 @@ class Problems:
     raise_errors: bool = True
     found: list[Problem] = field(default_factory=list)
 
-    def error(self, place: str, message: str) -> None:
+    def error(self, place: Place | str, message: str) -> None:
+        problem = _problem("error", place, message)
         if self.raise_errors:
-            raise DataError(str(Problem("error", place, message)))
-        self.found.append(Problem("error", place, message))
+            raise DataError(str(problem))
+        self.found.append(problem)
 
-    def warning(self, place: str, message: str) -> None:
-        self.found.append(Problem("warning", place, message))
+    def warning(self, place: Place | str, message: str) -> None:
+        self.found.append(_problem("warning", place, message))
 
-    def note(self, place: str, message: str) -> None:
-        self.found.append(Problem("note", place, message))
+    def note(self, place: Place | str, message: str) -> None:
+        self.found.append(_problem("note", place, message))
 
     def of(self, severity: Severity) -> list[Problem]:
         return [problem for problem in self.found if problem.severity == severity]
+
+
+def _problem(severity: Severity, place: Place | str, message: str) -> Problem:
+    file, line = (place, None) if isinstance(place, str) else place
+    return Problem(severity, file, line, message)

@@ -20,7 +20,7 @@ from defusedxml.ElementTree import DefusedXMLParser
 from PIL import Image, UnidentifiedImageError
 
 from attnkit.detection.layouts.document import boxes_by_image, labels_of, number, read_lines
-from attnkit.detection.layouts.problems import Problems, where
+from attnkit.detection.layouts.problems import Place, Problems, at, where
 from attnkit.detection.layouts.source import SplitSource
 from attnkit.errors import DataError
 
@@ -99,7 +99,7 @@ def read(source: SplitSource, problems: Problems) -> dict[str, Any]:
     for line, image_id in _ids(source.annotations):
         xml = root / "Annotations" / f"{image_id}.xml"
         if not xml.is_file():
-            problems.error(where(source.annotations, line), f"no annotation file {xml} for image id {image_id!r}")
+            problems.error(at(source.annotations, line), f"no annotation file {xml} for image id {image_id!r}")
             continue
         try:
             image = _read_xml(xml, image_id, source.images, label_of, problems)
@@ -147,7 +147,7 @@ def _read_xml(xml: Path, image_id: str, folder: Path, label_of: dict[str, int], 
     width, height = _size(element, lines, xml, folder / file_name)
     objects = []
     for item in element.iter("object"):
-        place = where(xml, lines[item])
+        place = at(xml, lines[item])
         parsed = _object(item, place, label_of, problems)
         if parsed is None:
             continue
@@ -174,7 +174,7 @@ def _size(element, lines, xml: Path, image: Path) -> tuple[int, int]:
         raise DataError(f"{image}: cannot read image ({error})") from None
 
 
-def _object(item, place: str, label_of: dict[str, int], problems: Problems):
+def _object(item, place: Place, label_of: dict[str, int], problems: Problems):
     """(label, corners [xmin - 1, ymin - 1, xmax, ymax], difficult) of an <object>, or None after an error."""
     name = (item.findtext("name") or "").strip()
     if name not in label_of:

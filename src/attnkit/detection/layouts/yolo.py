@@ -26,7 +26,7 @@ from attnkit.detection.layouts.document import (
     read_lines,
     unique_stems,
 )
-from attnkit.detection.layouts.problems import Problems, where
+from attnkit.detection.layouts.problems import Place, Problems, at, where
 from attnkit.detection.layouts.source import SplitSource
 from attnkit.errors import DataError
 
@@ -185,20 +185,20 @@ def _objects(label: Path, classes: int, size: tuple[int, int], problems: Problem
     for number_, text in enumerate(lines, start=1):
         if not text.strip():
             continue
-        parsed = _parse_line(text, classes, where(label, number_), problems)
+        parsed = _parse_line(text, classes, at(label, number_), problems)
         if parsed is None:
             continue
         if text.strip() in seen:
-            problems.warning(where(label, number_), "repeats an earlier line (the same object twice)")
+            problems.warning(at(label, number_), "repeats an earlier line (the same object twice)")
         seen.add(text.strip())
         category, box = parsed
-        _check_box(box, where(label, number_), problems)
+        _check_box(box, at(label, number_), problems)
         cx, cy, w, h = box
         width, height = size
         yield category, ((cx - w / 2) * width, (cy - h / 2) * height, w * width, h * height)
 
 
-def _parse_line(text: str, classes: int, place: str, problems: Problems) -> tuple[int, tuple] | None:
+def _parse_line(text: str, classes: int, place: Place, problems: Problems) -> tuple[int, tuple] | None:
     """(class, (cx, cy, w, h)) of a label line, or None after reporting why it cannot be used."""
     fields = text.split()
     try:
@@ -225,7 +225,7 @@ def _parse_line(text: str, classes: int, place: str, problems: Problems) -> tupl
     return int(values[0]), tuple(coordinates)
 
 
-def _check_box(box: tuple, place: str, problems: Problems) -> None:
+def _check_box(box: tuple, place: Place, problems: Problems) -> None:
     cx, cy, w, h = box
     if w <= 0 or h <= 0:
         problems.warning(place, f"zero-size box (w {w}, h {h}): left out")
