@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 import torch
+from detr_models import hf_detr, random_images
 from torch.testing import assert_close
 
 from attnkit.app.interop.detr_import import COCO_91, hf_to_official, import_detr
@@ -15,7 +16,6 @@ from attnkit.detection.architectures import build_model
 from attnkit.detection.config import DetectionConfig, preset
 from attnkit.errors import CheckpointError, ConfigError
 from attnkit.storage import RunFolder, load_weights, save_weights
-from conftest import hf_detr, random_images
 
 transformers = pytest.importorskip("transformers")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import torch
-from conftest import hf_detr
+from detr_models import hf_detr
 from PIL import Image
 from typer.testing import CliRunner
 
