@@ -46,7 +46,8 @@ def train_detection(
     resume: bool = typer.Option(False, "--resume", help="Continue the run in OUT where it stopped."),
     device: str = typer.Option(None, "--device", help="cpu or cuda (default: cuda when available)."),
     workers: int = typer.Option(None, "--workers", help="Data-loading processes (default: 0 on a CPU, 4 on a GPU)."),
-    amp: str = typer.Option(None, "--amp", help="Autocast: auto (the default: bf16 on CUDA, off on a CPU), off, bf16, "
+    amp: str = typer.Option(None, "--amp", help="Autocast: auto (the default: bf16 on CUDA and on CPUs with native "
+                            "bf16), off, bf16, "
                             "or fp16 (CUDA only, with loss scaling); same as --set train.amp=..."),
     accumulate: int = typer.Option(None, "--accumulate", help="Batches per optimizer step (default 1); same as "
                                    "--set train.accumulate=N."),
