@@ -48,6 +48,16 @@ def test_names_as_a_mapping_and_a_txt_list_of_images(tmp_path):
     assert coco.records[0].labels.tolist() == [1]
 
 
+def test_another_yaml_than_data_yaml_is_found_when_it_names_classes(tmp_path):
+    root = write_yolo(tmp_path, {"a": "0 0.5 0.5 0.2 0.2\n"})
+    (root / "data.yaml").rename(root / "shapes.yaml")
+    (root / ".tool.yaml").write_text("hooks: []\n")  # another tool's: not a dataset's
+    assert find_layout(root).source("val").annotations == root / "shapes.yaml"
+    (root / "shapes.yaml").rename(root / "shapes.txt")
+    with pytest.raises(DataError, match="not a dataset layout attnkit knows"):
+        find_layout(root)
+
+
 def test_the_label_path_replaces_the_last_images_folder():
     assert label_file(Path("/d/images/x/images/train/a.b.jpg")) == Path("/d/images/x/labels/train/a.b.txt")
 

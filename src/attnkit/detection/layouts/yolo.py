@@ -41,8 +41,17 @@ def yaml_file(path: Path) -> Path | None:
     for name in ("data.yaml", "data.yml"):
         if (path / name).is_file():
             return path / name
-    candidates = sorted(path.glob("*.yaml")) + sorted(path.glob("*.yml"))
+    candidates = [f for f in sorted(path.glob("*.yaml")) + sorted(path.glob("*.yml")) if _names_classes(f)]
     return candidates[0] if len(candidates) == 1 else None
+
+
+def _names_classes(file: Path) -> bool:
+    """Whether FILE is a YAML mapping with `names` (a dataset's yaml, not another tool's)."""
+    try:
+        loaded = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError, OSError):
+        return False
+    return isinstance(loaded, dict) and "names" in loaded
 
 
 def found_in(path: Path) -> bool:
