@@ -82,10 +82,12 @@ def test_a_report_that_fails_does_not_lose_the_run(tmp_path, capsys, monkeypatch
 def test_samples_from_the_task_are_remembered_for_later_reports(translation_run):
     pairs = [SimpleNamespace(source="one two three", target="eins zwei drei"),
              SimpleNamespace(source="seven eight nine", target="sieben acht neun")]
-    task = SimpleNamespace(valid=SimpleNamespace(pairs=pairs))
+    task = SimpleNamespace(valid=SimpleNamespace(pairs=pairs, target_lang=None),  # a TranslationTask's parts
+                           config=SimpleNamespace(target_lang="de"))
     write_report(translation_run, task=task)
     remembered = json.loads((translation_run / "report" / "samples.json").read_text())
     assert remembered["texts"][1] == {"source": "seven eight nine", "reference": "sieben acht neun"}
     page = write_report(translation_run).read_text(encoding="utf-8")  # no task: the remembered samples
     assert "<h3>Sentence 2</h3>" in page and "reference: sieben acht neun" in page
+    assert "The first 2 validation sentences" in page  # the diagnostics too
     assert (translation_run / "report" / "sentence2_alignment.png").is_file()
