@@ -91,9 +91,9 @@ def report_diagnostics(detector: Any, split: dict[str, str], assets: Path) -> st
     from attnkit.detection.sources import open_split
     from attnkit.detection.transforms import eval_transforms
 
-    train = detector.config.train
+    config = detector.config
     dataset = open_split((Path(split["images"]), Path(split["annotations"])),
-                         eval_transforms(train.val_size, train.max_size))
+                         eval_transforms(config.train.val_size, config.train.max_size, config.model.num_channels))
     found = diagnose_detector(detector.model, dataset)
     rows = "".join(f"<tr><td>{html.escape(name)}</td>" + "".join(
         f"<td>{'&ndash;' if value is None else f'{value:.3f}'}</td>" for value in scores.values()) + "</tr>"
