@@ -17,11 +17,12 @@ def invoke(*args):
 
 
 def one_error_line(result, *parts: str) -> None:
-    """Exit code 2, one `error:` line on stderr naming PARTS, no traceback."""
+    """Exit code 2, one `error:` line (stderr's last) naming PARTS, no traceback."""
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in result.output, result.output
-    assert all(part in lines[0] for part in parts), lines[0]
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert errors == lines[-1:] and "Traceback" not in result.output, result.output
+    assert all(part in errors[0] for part in parts), errors[0]
 
 
 @pytest.fixture(scope="module")
@@ -105,3 +106,18 @@ def test_train_on_a_yolo_folder_as_on_its_coco_folder_and_evaluate_on_every_layo
         metrics.append({k: v for k, v in json.loads(result.stdout).items() if k != "seconds"})
     assert metrics[0]["images"] == 2 and sum(map(sum, metrics[0]["confusion"]["matrix"])) > 0
     assert metrics[1] == metrics[0] and metrics[2] == metrics[0]
+
+
+def test_eval_accepts_the_run_classes_under_other_ids_and_refuses_other_classes(tmp_path, detection_run, coco_writer):
+    # the run: disc and square as ids 1 and 2; a YOLO or VOC folder of a COCO dataset numbers them 1..K too
+    images = [{"id": 1, "file_name": "a.png", "width": 64, "height": 64}]
+    annotations = [{"id": 1, "image_id": 1, "category_id": 7, "bbox": [8, 8, 20, 20]}]
+    coco_writer(tmp_path / "same", images, annotations, [{"id": 3, "name": "disc"}, {"id": 7, "name": "square"}],
+                split="val")
+    result = invoke("eval", "detection", detection_run, "--data", tmp_path / "same", "--json", "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["images"] == 1
+    coco_writer(tmp_path / "other", images, annotations, [{"id": 3, "name": "disc"}, {"id": 7, "name": "star"}],
+                split="val")
+    one_error_line(invoke("eval", "detection", detection_run, "--data", tmp_path / "other", "--device", "cpu"),
+                   "categories [3, 7] (disc, star) differ from the run's [1, 2] (disc, square)")
