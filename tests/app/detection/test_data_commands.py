@@ -120,4 +120,5 @@ def test_eval_accepts_the_run_classes_under_other_ids_and_refuses_other_classes(
     coco_writer(tmp_path / "other", images, annotations, [{"id": 3, "name": "disc"}, {"id": 7, "name": "star"}],
                 split="val")
     one_error_line(invoke("eval", "detection", detection_run, "--data", tmp_path / "other", "--device", "cpu"),
-                   "categories [3, 7] (disc, star) differ from the run's [1, 2] (disc, square)")
+                   "categories [3, 7] differ from the run's [1, 2], and so do the class names (disc, star; the run's: "
+                   "disc, square)")

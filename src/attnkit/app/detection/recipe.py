@@ -183,8 +183,9 @@ def check_categories(config: DetectionConfig, coco: CocoAnnotations) -> None:
     """DataError unless the dataset has the categories the model was trained on: the same ids, or the same class
     names in the same order (YOLO and VOC folders number their classes 1..K; evaluation uses the dataset's ids)."""
     if tuple(coco.category_ids) != tuple(config.category_ids) and tuple(coco.names) != tuple(config.class_names):
-        raise DataError(f"{coco.path}: categories {coco.category_ids} ({', '.join(coco.names)}) differ from the "
-                        f"run's {list(config.category_ids)} ({', '.join(config.class_names)})")
+        raise DataError(f"{coco.path}: categories {coco.category_ids} differ from the run's "
+                        f"{list(config.category_ids)}, and so do the class names ({', '.join(coco.names)}; the run's: "
+                        f"{', '.join(config.class_names)})")
 
 
 def _document(config: DetectionConfig, request: DetectionRequest, start: InitWeights | None) -> dict[str, Any]:
