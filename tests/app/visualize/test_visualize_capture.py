@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+from attnkit.app.visualize.capture import attention_layers, capture_detection, capture_translation
 from attnkit.baselines.bahdanau_rnn import BahdanauRNN, BahdanauRNNConfig, alignment
 from attnkit.detection.config import DetrConfig
 from attnkit.detection.detr import build_detr
@@ -17,7 +18,6 @@ from attnkit.errors import UserError
 from attnkit.nn import MultiHeadAttention, causal_mask, reference_attention
 from attnkit.translation.model import Seq2SeqConfig, Seq2SeqTransformer
 from attnkit.translation.tokenizer import PAD_ID
-from attnkit.app.visualize.capture import attention_layers, capture_detection, capture_translation
 
 
 @pytest.fixture(autouse=True)

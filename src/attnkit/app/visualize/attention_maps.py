@@ -46,8 +46,8 @@ def plot_heads(weights: Tensor, path: Path, queries: Sequence[str] | None = None
     grid_rows = math.ceil(heads / columns)
     cell = min(_CELL, max(0.15, (22.0 / columns - 1.0) / cols))  # long sentences: about 22 inches wide at most
     width, height = _panel_size(rows, cols, cell)
-    fig, axes = plt.subplots(grid_rows, columns, figsize=(columns * (width + 1.0) + 1.2, grid_rows * (height + 1.1) + 0.6),
-                             dpi=100, squeeze=False, layout="constrained")
+    size = (columns * (width + 1.0) + 1.2, grid_rows * (height + 1.1) + 0.6)
+    fig, axes = plt.subplots(grid_rows, columns, figsize=size, dpi=100, squeeze=False, layout="constrained")
     vmax = float(weights.max()) or 1.0
     for head, ax in enumerate(axes.flat):
         if head >= heads:
@@ -75,7 +75,8 @@ def save_translation_maps(attention, out: Path, stem: str = "") -> list[Path]:
                             title=f"encoder-decoder attention, mean of {layers} layer(s) and their heads")]
     for n, layer in enumerate(weights.cross, start=1):
         paths.append(plot_heads(layer[0], out / f"{prefix}cross_layer{n}.png", target, source,
-                                title=f"encoder-decoder attention, layer {n}: target token (row) reads source (column)"))
+                                title=f"encoder-decoder attention, layer {n}: target token (row) reads source "
+                                      "(column)"))
     for n, layer in enumerate(weights.encoder, start=1):
         paths.append(plot_heads(layer[0], out / f"{prefix}encoder_layer{n}.png", source, source,
                                 title=f"encoder self-attention, layer {n}"))

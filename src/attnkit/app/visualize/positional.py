@@ -24,8 +24,12 @@ import torch  # noqa: E402
 from torch import Tensor  # noqa: E402
 
 from attnkit.errors import ConfigError  # noqa: E402
-from attnkit.nn import (LearnedPositionalEmbedding, PositionEmbeddingSine2D, RotaryEmbedding,  # noqa: E402
-                        SinusoidalPositionalEncoding)
+from attnkit.nn import (  # noqa: E402
+    LearnedPositionalEmbedding,
+    PositionEmbeddingSine2D,
+    RotaryEmbedding,
+    SinusoidalPositionalEncoding,
+)
 
 KINDS = ("sinusoidal", "learned", "rotary", "sine2d")
 
@@ -76,7 +80,8 @@ def plot_positional(kind: str, path: Path, length: int = 50, d_model: int = 128,
     else:
         _distance_panel(axes[2], kind, similarity)
     title = {"sinusoidal": "sinusoidal positional encoding (Vaswani et al. 2017, section 3.5)",
-             "learned": "learned positional embedding" + (f" ({source})" if source else " (untrained: its random start)"),
+             "learned": "learned positional embedding"
+                        + (f" ({source})" if source else " (untrained: its random start)"),
              "rotary": "rotary position embedding (Su et al. 2021): q and k rotated by pos x theta_k",
              "sine2d": "DETR 2-D sine positions (Carion et al. 2020): y and x encoded separately"}[kind]
     fig.suptitle(f"{title}, d = {d_model}", fontsize=11)
