@@ -17,9 +17,9 @@ from attnkit.errors import user_errors
 
 def attention_core_part(out: Path) -> None:
     """Self-attention on a small sentence: the reference formula and the fast path, side by side."""
+    from attnkit.app.visualize.attention_maps import plot_attention
     from attnkit.nn import MultiHeadAttention, reference_attention
     from attnkit.nn.positional_encoding.sinusoidal import SinusoidalPositionalEncoding
-    from attnkit.app.visualize.attention_maps import plot_attention
 
     words = "the cat sat on the mat because the cat was tired".split()
     vocab = sorted(set(words))

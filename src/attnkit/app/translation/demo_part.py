@@ -14,11 +14,11 @@ SAMPLES = ["seventy-one", "four hundred and twenty-three", "nine thousand, eight
 
 
 def translation_demo(out: Path, minutes: float = DEMO_MINUTES) -> None:
-    from attnkit.training import Budget
     from attnkit.app.translation.commands import score_corpus
+    from attnkit.app.translation.recipe import train_run
+    from attnkit.training import Budget
     from attnkit.translation.config import preset
     from attnkit.translation.numbers import numbers_splits
-    from attnkit.app.translation.recipe import train_run
     from attnkit.translation.translator import Translator
 
     run_path = out / "run"
@@ -46,9 +46,9 @@ def _remove_previous_demo_run(run_path: Path) -> None:
 
 def _plot_cross_attention(translator, sentence: str, path: Path) -> Path:
     """The last decoder layer's attention over the source, averaged over heads, for one translation."""
+    from attnkit.app.visualize.attention_maps import plot_attention
     from attnkit.nn import capture_attention
     from attnkit.translation.tokenizer import BOS_ID, EOS_ID
-    from attnkit.app.visualize.attention_maps import plot_attention
 
     tokenizer, model = translator.tokenizer, translator.model
     source_ids = tokenizer.encode_source([sentence])[0] + [EOS_ID]
