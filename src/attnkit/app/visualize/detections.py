@@ -89,8 +89,8 @@ def plot_encoder_attention(image: Image.Image, weights: Tensor, feature_size: tu
     """Encoder self-attention (cells, cells), mean over heads, of a few reference cells, as maps over the image."""
     height, width = feature_size
     cells = list(cells) if cells is not None else reference_cells(height, width)
-    fig, axes = plt.subplots(1, len(cells) + 1, figsize=(3.2 * (len(cells) + 1) + 0.8, 3.6), dpi=100, squeeze=False)
-    axes = list(axes.flat)
+    fig, grid = plt.subplots(1, len(cells) + 1, figsize=(3.2 * (len(cells) + 1) + 0.8, 3.6), dpi=100, squeeze=False)
+    axes = list(grid.flat)
     axes[0].imshow(image)
     axes[0].set_title("reference points", fontsize=9)
     cell_h, cell_w = image.height / height, image.width / width
