@@ -1,6 +1,6 @@
 # The two commands of the README: `make demo` and `make test`. Setup is idempotent.
-# `make check`: the import contracts (lint-imports), lint (ruff) and types (mypy); each runs, and it fails if any
-# does. Not yet part of `make test`.
+# `make test` runs `make check` first: the import contracts (lint-imports), lint (ruff) and types (mypy); each
+# runs, and it fails if any does.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/attnkit demo
 
-test: $(STAMP)
+test: $(STAMP) check
 	$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo 'no tests collected'; exit 0; fi; exit $$rc
 
 check: $(STAMP)
