@@ -104,9 +104,8 @@ class MultiScaleDeformableAttention(nn.Module):
 def short_softmax(logits: Tensor) -> Tensor:
     """Softmax over the last dimension, a short one (the L * K points of a head), in float32.
 
-    Written out because PyTorch's CPU softmax kernel is slow on short rows: 0.64 ms against 0.12 ms for
-    720 queries x 8 heads x 12 points, and fwd + bwd 0.58 ms (bfloat16 logits) against 0.75 ms for the
-    kernel in bfloat16 (2 CPU cores). The maximum is subtracted for range, detached as softmax ignores shifts.
+    Written out because PyTorch's CPU softmax kernel is slow on many short rows (several times slower here,
+    forward and backward: BENCHMARKS.md). The maximum is subtracted for range, detached as softmax ignores shifts.
     """
     logits = logits.float()
     exp = (logits - logits.detach().amax(-1, keepdim=True)).exp()
