@@ -121,9 +121,15 @@ class RunFolder:
     def average_weights(self) -> Path:
         return self.path / "weights" / "average.safetensors"
 
+    @property
+    def ema_weights(self) -> Path:
+        """The moving average of the weights (`attnkit.training.ema`), written when training kept one."""
+        return self.path / "weights" / "ema.safetensors"
+
     def weights_path(self, which: str = "best") -> Path:
-        """weights/{best,last,average}.safetensors; CheckpointError if this run has not written it."""
-        paths = {"best": self.best_weights, "last": self.last_weights, "average": self.average_weights}
+        """weights/{best,last,average,ema}.safetensors; CheckpointError if this run has not written it."""
+        paths = {"best": self.best_weights, "last": self.last_weights, "average": self.average_weights,
+                 "ema": self.ema_weights}
         if which not in paths:
             raise ConfigError(f"unknown weights {which!r}: choose from {', '.join(paths)}")
         if not paths[which].is_file():

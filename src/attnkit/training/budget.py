@@ -54,10 +54,13 @@ class LoopConfig:
     max_nonfinite: int = 10  # non-finite losses in a row before the run stops
     compile: bool = False  # train through torch.compile of the task's model; saved weights stay uncompiled
     compile_backend: str | Callable[..., Any] = "inductor"  # torch.compile's backend ("aot_eager": no kernels)
+    ema_decay: float | None = None  # a moving average of the weights (`ema.py`), e.g. 0.999; None: none kept
 
     def __post_init__(self) -> None:
         if self.amp not in ("off", "bf16", "fp16"):
             raise ConfigError(f"amp must be 'off', 'bf16' or 'fp16', got {self.amp!r}")
+        if self.ema_decay is not None and not 0.0 < self.ema_decay < 1.0:
+            raise ConfigError(f"ema_decay must be between 0 and 1 (e.g. 0.999), or None, got {self.ema_decay}")
         if self.compile and not self.compile_backend:
             raise ConfigError("compile needs a compile_backend, e.g. 'inductor'")
         positive = {"eval_every_steps": self.eval_every_steps, "eval_every_minutes": self.eval_every_minutes,

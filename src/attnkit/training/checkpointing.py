@@ -21,6 +21,7 @@ from attnkit.storage import RunFolder, check_state_dict, save_weights
 from attnkit.training import distributed
 from attnkit.training.averaging import average_weights
 from attnkit.training.budget import LoopConfig
+from attnkit.training.ema import WeightsEma
 from attnkit.training.loop_state import LoopState, with_world_size
 from attnkit.training.messages import note
 from attnkit.training.rng import capture_rng, restore_rng
@@ -31,11 +32,12 @@ class Checkpoints:
     """The files of RUN that hold TASK's training (written on rank 0 only; every rank restores)."""
 
     def __init__(self, run: RunFolder, task: TrainingTask, scheduler: LRScheduler,
-                 scaler: torch.amp.GradScaler | None, config: LoopConfig) -> None:
+                 scaler: torch.amp.GradScaler | None, config: LoopConfig, ema: WeightsEma | None = None) -> None:
         self.run, self.task, self.scheduler, self.scaler, self.config = run, task, scheduler, scaler, config
+        self.ema = ema  # the moving average of the weights, if the loop keeps one
 
     def save(self, state: LoopState) -> None:
-        """weights/last, a snapshot for the average, and the training state (the old ones rotated out)."""
+        """weights/last, a snapshot for the average, weights/ema and the training state (the old ones rotated out)."""
         run, keep = self.run, self.config.average_last
         state.last_checkpoint_step = state.step
         weights = self.task.model.state_dict()
@@ -45,6 +47,8 @@ class Checkpoints:
             save_weights(run.snapshot_path(state.step), weights, metadata)
             for old in run.snapshots()[:-keep]:
                 old.unlink(missing_ok=True)
+        if self.ema is not None:
+            save_weights(run.ema_weights, self.ema.weights(), {**metadata, "ema_decay": self.ema.decay})
         self.save_state(state)
 
     def save_state(self, state: LoopState) -> None:
@@ -71,6 +75,7 @@ class Checkpoints:
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "task": self.task.state(),
             "rng": capture_rng(),
+            "ema": self.ema.state_dict() if self.ema is not None else None,
         }
 
     def restore(self) -> LoopState:
@@ -93,12 +98,23 @@ class Checkpoints:
             self.scaler.load_state_dict(saved["scaler"])
         if saved["task"] is not None:  # None: written by a task with no state of its own
             task.load_state(saved["task"])
+        self._restore_ema(saved.get("ema"), path)
         state = with_world_size(LoopState(**saved["loop"]), distributed.world_size())
         if distributed.is_main():
             self._forget_after(state.step)
         restore_rng(saved["rng"])  # last: nothing above may draw from the restored generators
         note(f"resuming {self.run.path} from step {state.step} (epoch {state.epoch})")
         return state
+
+    def _restore_ema(self, saved: dict[str, Any] | None, path: Path) -> None:
+        """The moving average as the state holds it; one that held none starts the average afresh."""
+        if self.ema is None:
+            return
+        if saved is None:
+            note(f"{path} holds no moving average of the weights; the EMA starts from the next step")
+            return
+        check_state_dict(saved["weights"], self.ema.averaged.module, source=f"{path} (ema)")
+        self.ema.load_state_dict(saved)
 
     def _forget_after(self, step: int) -> None:
         """Drop the metrics and weight snapshots an interrupted run wrote after `step`: they are redone."""

@@ -16,6 +16,8 @@ optimizer, the data and what one step means; the loop supplies everything else:
   - checkpoints every `checkpoint_every_steps` steps or `checkpoint_every_minutes` minutes and
     at the end (`checkpointing.py`): weights/last, weights/best (by the task's `best_metric`),
     weights/average and the training state;
+  - with `ema_decay`, a moving average of the weights updated after every optimizer step (`ema.py`),
+    validated too (logged as ema_<metric>) and saved as weights/ema and in the training state;
   - once it stops, the `at_end` callbacks (`callbacks.py`: RUN/curves.png by default; the command
     line adds the run report);
   - stops on the budget (steps, epochs or minutes, whichever comes first) or on Ctrl-C: the step
@@ -47,6 +49,7 @@ from attnkit.training.budget import Budget, LoopConfig, spent_fraction, steps_in
 from attnkit.training.callbacks import AtEnd, plot_curves
 from attnkit.training.checkpointing import Checkpoints
 from attnkit.training.compilation import compile_errors
+from attnkit.training.ema import WeightsEma, weights_swapped
 from attnkit.training.interrupt import ctrl_c_as_flag
 from attnkit.training.loop_state import LoopState
 from attnkit.training.messages import note
@@ -85,6 +88,7 @@ class Trainer:
         self.train_module = cast(nn.Module, torch.compile(self.synced, backend=config.compile_backend)) \
             if config.compile else self.synced  # what `train_step` runs
         self._compile_pending = config.compile  # until the first compiled step has run
+        self.ema = WeightsEma(task.model, config.ema_decay) if config.ema_decay is not None else None
         self.state = LoopState()
         self.last_loss: float | None = None
         self._epoch_steps: int | None = None  # optimizer steps the epoch budget allows, once an epoch is open
@@ -92,7 +96,7 @@ class Trainer:
     @property
     def checkpoints(self) -> Checkpoints:
         """The run's checkpoint files for this trainer's task, scheduler and (current) loss scaler."""
-        return Checkpoints(self.run, self.task, self.scheduler, self.scaler, self.config)
+        return Checkpoints(self.run, self.task, self.scheduler, self.scaler, self.config, self.ema)
 
     # ------------------------------------------------------------ the loop
     def fit(self, resume: bool = False) -> FitResult:
@@ -263,6 +267,8 @@ class Trainer:
         if stepped:  # the learning rates of the next update, as the budget will be once this one is done
             self.budget_spent = spent_fraction(self.budget, self.state.step + 1, self.elapsed, self._epoch_steps)
             self.scheduler.step()
+            if self.ema is not None:
+                self.ema.update(self.task.model)
         optimizer.zero_grad(set_to_none=True)
         return grad_norm
 
@@ -313,6 +319,9 @@ class Trainer:
         model.eval()
         with isolated_rng(), torch.no_grad():
             metrics = _scalars(self.task.evaluate())
+        if self.ema is not None:  # the average's scores beside the model's; weights/best still follows the model
+            with isolated_rng(), torch.no_grad(), weights_swapped(model, self.ema.weights()):
+                metrics |= {f"ema_{key}": value for key, value in _scalars(self.task.evaluate()).items()}
         model.train()
         state.last_eval_step, self._last_eval_time = state.step, time.monotonic()
         if not metrics:  # the task has no validation data
