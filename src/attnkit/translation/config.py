@@ -50,6 +50,7 @@ class TranslationConfig:
     eval_every_minutes: float = 1.0
     eval_sentences: int = 500       # validation sentences translated (greedy) for BLEU at each evaluation
     average_last: int = 5           # checkpoints averaged into weights/average (section 6.1)
+    ema_decay: float | None = None  # a moving average of the weights, weights/ema (`attnkit.training.ema`)
     # picks weights/best; chrF also scores one-word sentences
     best_metric: Literal["chrf", "bleu", "exact_match", "loss"] = "chrf"
     beam_size: int = 4              # section 6.1: beam 4, alpha 0.6
@@ -79,6 +80,8 @@ class TranslationConfig:
             raise ConfigError(f"best_metric must be chrf, bleu, exact_match or loss, got '{self.best_metric}'")
         if self.amp not in ("auto", "off", "bf16", "fp16"):
             raise ConfigError(f"amp must be auto, off, bf16 or fp16, got '{self.amp}'")
+        if self.ema_decay is not None and not 0.0 < self.ema_decay < 1.0:
+            raise ConfigError(f"ema_decay must be between 0 and 1 (e.g. 0.999), or none, got {self.ema_decay}")
         if self.lr_scale <= 0 or self.eval_every_minutes <= 0:
             raise ConfigError("lr_scale and eval_every_minutes must be positive")
 

@@ -53,6 +53,9 @@ def train_detection(
                                    "--set train.accumulate=N."),
     compile_: bool = typer.Option(False, "--compile", help="Train through torch.compile (the first step compiles; "
                                   "weights are saved as without it)."),
+    ema: float = typer.Option(None, "--ema", help="Keep a moving average of the weights with this decay (e.g. "
+                              "0.999), validated as ema_<metric> and saved as weights/ema; same as --set "
+                              "train.ema_decay=..."),
     skip_bad_images: bool = typer.Option(False, "--skip-bad-images", help="Decode every image first; skip and list "
                                          "the unreadable ones and unusable annotation entries instead of stopping."),
 ) -> None:
@@ -67,7 +70,8 @@ def train_detection(
         shapes = ShapesConfig(image_size=shapes_size, train_images=shapes_images, val_images=shapes_val_images)
         assignments = list(set_) + ([f"model.arch={arch}"] if arch else []) + (["train.flip=false"] if no_flip else [])
         assignments += ([f"train.amp={amp}"] if amp else []) + \
-            ([f"train.accumulate={accumulate}"] if accumulate is not None else [])
+            ([f"train.accumulate={accumulate}"] if accumulate is not None else []) + \
+            ([f"train.ema_decay={ema}"] if ema is not None else [])
         train(DetectionRequest(
             out, budget, data=data, preset=preset, assignments=tuple(assignments), shapes=shapes,
             train_paths=(images, annotations), val_paths=(val_images, val_annotations),

@@ -338,4 +338,4 @@ def loop_config(config: DetectionConfig, device: torch.device, eval_every_minute
     train = config.train
     return LoopConfig(eval_every_minutes=eval_every_minutes, checkpoint_every_minutes=eval_every_minutes,
                       grad_clip=train.clip_max_norm or None, accumulate=train.accumulate,
-                      amp=resolve_amp(train.amp, device), compile=compile)
+                      amp=resolve_amp(train.amp, device), compile=compile, ema_decay=train.ema_decay)

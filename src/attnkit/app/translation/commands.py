@@ -45,6 +45,9 @@ def train_translation(
                                    "--set accumulate=N."),
     compile_: bool = typer.Option(False, "--compile", help="Train through torch.compile (the first step compiles; "
                                   "weights are saved as without it)."),
+    ema: float = typer.Option(None, "--ema", help="Keep a moving average of the weights with this decay (e.g. "
+                              "0.999), validated as ema_<metric> and saved as weights/ema; same as --set "
+                              "ema_decay=..."),
 ) -> None:
     """Train a translation model (a Transformer, or with --arch rnn the RNN baseline); writes the run folder OUT."""
     with user_errors():
@@ -53,7 +56,8 @@ def train_translation(
 
         on = distributed.setup(resolve_device(device))  # one process, or one of torchrun's (only rank 0 prints)
         assignments = list(set_) + ([f"amp={amp}"] if amp else []) + \
-            ([f"accumulate={accumulate}"] if accumulate is not None else [])
+            ([f"accumulate={accumulate}"] if accumulate is not None else []) + \
+            ([f"ema_decay={ema}"] if ema is not None else [])
         budget = Budget(steps=steps, epochs=epochs, minutes=minutes if (steps or epochs or minutes) else 10.0)
         recipe.train(recipe.TranslationRequest(
             out, budget, data=data, train_file=train, valid_file=valid, test_file=test, preset=preset, arch=arch,

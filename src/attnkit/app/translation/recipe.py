@@ -224,7 +224,7 @@ def _train(config: TranslationConfig, splits: Mapping[str, Corpus], out: Path, b
     task = TranslationTask(config, prepared.tokenizer, prepared.train, splits["valid"], device)
     loop = LoopConfig(eval_every_minutes=config.eval_every_minutes, checkpoint_every_minutes=config.eval_every_minutes,
                       grad_clip=config.grad_clip, accumulate=config.accumulate, amp=amp,
-                      average_last=config.average_last, compile=compile)
+                      average_last=config.average_last, compile=compile, ema_decay=config.ema_decay)
     at_end = (plot_curves, report_at_end(task))  # RUN/curves.png, then RUN/report.html, which shows it
     return run, Trainer(task, run, budget, loop, progress=progress, at_end=at_end).fit(resume=resume)
 
