@@ -297,6 +297,18 @@ def test_constructor_errors_are_torchs():
     assert issubclass(ShapeError, ValueError) and issubclass(InputError, ValueError)
 
 
+
+@pytest.mark.parametrize("build", [lambda a: TransformerEncoderLayer(E, H, FF, activation=a),
+                                   lambda a: TransformerDecoderLayer(E, H, FF, activation=a),
+                                   lambda a: Transformer(E, H, 1, 1, FF, activation=a)],
+                         ids=["encoder layer", "decoder layer", "transformer"])
+def test_an_unknown_activation_name_is_torchs_runtime_error(build):
+    error = raised(lambda: build("swish"))
+    assert isinstance(error, RuntimeError) and isinstance(error, ValueError) and "'swish'" in str(error)
+    theirs = raised(lambda: torch.nn.TransformerEncoderLayer(E, H, FF, activation="swish"))
+    assert isinstance(theirs, RuntimeError)
+
+
 def test_layer_and_stack_errors_are_torchs():
     encoder_layer, torch_encoder_layer = layer_pair("TransformerEncoderLayer")
     src = sequence(KEYS, False)

@@ -2,7 +2,7 @@
 
 torch.nn.MultiheadAttention asserts on the rank of its inputs and masks, their dtypes and the
 embedding size (AssertionError), and refuses sizes that do not fit together, and the is_causal
-hint without a mask, with a RuntimeError. attnkit's errors name the shapes, and each is also a
+hint without a mask, or an unknown activation name, with a RuntimeError. attnkit's errors name the shapes, and each is also a
 ValueError, the project's type for a bad argument:
 
     except AssertionError   (torch's callers)  catches ShapeError
@@ -19,4 +19,4 @@ class ShapeError(ValueError, AssertionError):
 
 class InputError(ValueError, RuntimeError):
     """Inputs torch.nn refuses with a RuntimeError: an attn_mask of the wrong size, batch sizes or
-    features that do not fit, the is_causal hint without a mask."""
+    features that do not fit, the is_causal hint without a mask, an activation name other than relu and gelu."""

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit.nn.dropout import Dropout
+from attnkit.nn.errors import InputError
 
 Activation = str | Callable[[Tensor], Tensor]
 
@@ -28,7 +29,8 @@ def get_activation(activation: Activation) -> Callable[[Tensor], Tensor]:
         return F.relu
     if activation == "gelu":
         return F.gelu
-    raise ValueError(f"activation should be 'relu', 'gelu' or a callable, got {activation!r}")
+    # torch.nn's layers raise a RuntimeError here; InputError is one, and a ValueError
+    raise InputError(f"activation should be 'relu', 'gelu' or a callable, got {activation!r}")
 
 
 class FeedForwardMixin:
