@@ -2,8 +2,8 @@
 
 torch.nn.MultiheadAttention asserts on the rank of its inputs and masks, their dtypes and the
 embedding size (AssertionError), and refuses sizes that do not fit together, and the is_causal
-hint without a mask, or an unknown activation name, with a RuntimeError. attnkit's errors name the shapes, and each is also a
-ValueError, the project's type for a bad argument:
+hint without a mask, or an unknown activation name, with a RuntimeError. attnkit's errors name the
+shapes, and each is also a ValueError, the project's type for a bad argument:
 
     except AssertionError   (torch's callers)  catches ShapeError
     except RuntimeError     (torch's callers)  catches InputError
