@@ -104,3 +104,23 @@ def test_an_init_that_is_not_a_detection_run_or_does_not_fit_is_one_error_line(t
         assert result.exit_code == 2, result.output
         assert "error:" in result.output and message in result.output and "Traceback" not in result.output
         assert not out.exists()
+
+
+def test_a_transformers_detr_folder_is_an_init_source_and_the_log_names_the_fresh_tensors(tmp_path, monkeypatch):
+    hf_detr("basic", seed=2).save_pretrained(tmp_path / "hf")  # 5 classes; imported straight from the folder
+    images, annotations = write_two_class_coco(tmp_path / "mine")
+    started = record_initial_weights(monkeypatch)
+    out = tmp_path / "run"
+    result = invoke("train", "detection", "--images", images, "--annotations", annotations, *TINY, "--no-flip",
+                    "--init", tmp_path / "hf", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert "class head re-initialised for 2 classes: 2 tensors started fresh (class_embed.weight, class_embed.bias)" \
+        in result.output
+    assert "classes from the data: a, b" in result.output
+    config = json.loads((out / "config.json").read_text())
+    assert config["init_from"] == str(tmp_path / "hf") and config["class_names"] == ["a", "b"]
+    imported = import_detr(tmp_path / "hf", tmp_path / "imported").path
+    init, _ = read_weights(imported / "weights" / "best.safetensors")
+    assert f"init: {len(init) - 2} tensors loaded" in result.output
+    for name in init.keys() - set(HEAD):
+        assert torch.equal(started[name], init[name]), name

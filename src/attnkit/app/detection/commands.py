@@ -30,9 +30,10 @@ def train_detection(
                              "paper's; the other presets')."),
     backbone_weights: Path = typer.Option(None, "--backbone-weights",
                                           help="Local pretrained torchvision ResNet weights (.pth or .safetensors)."),
-    init: Path = typer.Option(None, "--init", help="Start from the weights of this detection run (e.g. one written "
-                              "by `attnkit import detr`): its model, with the class head re-initialised when the "
-                              "number of classes differs."),
+    init: str = typer.Option(None, "--init", help="Start from these weights: a detection run, an official DETR "
+                             ".pth, a transformers DETR folder or a Hugging Face Hub id (facebook/detr-resnet-50; "
+                             "needs attnkit[hub]). Its model is kept, the class head re-initialised when the "
+                             "number of classes differs; class names come from the data."),
     minutes: float = typer.Option(None, "--minutes", help="Time budget (default 10 if no budget is given)."),
     epochs: int = typer.Option(None, "--epochs", help="Epoch budget."),
     steps: int = typer.Option(None, "--steps", help="Optimizer-step budget."),

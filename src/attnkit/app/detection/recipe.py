@@ -24,6 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.app.interop.finetune import InitWeights, init_weights
+from attnkit.app.interop.pretrained import init_run
 from attnkit.detection.architectures import build_criterion, build_model
 from attnkit.detection.bad_images import skipped_summary, write_skipped
 from attnkit.detection.config import DetectionConfig, check_kept, override, preset
@@ -58,7 +59,9 @@ class DetectionRequest:
     train_paths: Paths = (None, None)  # --images, --annotations: instead of DATA's training split
     val_paths: Paths = (None, None)  # --val-images, --val-annotations
     backbone_weights: Path | None = None  # a pretrained torchvision ResNet
-    init: Path | None = None  # a detection run to fine-tune (`attnkit.app.interop.finetune`); ignored on resume
+    # a detection run to fine-tune (`attnkit.app.interop.finetune`), or a DETR .pth, transformers folder or Hub id
+    # (`attnkit.app.interop.pretrained`); ignored on resume
+    init: str | Path | None = None
     eval_every_minutes: float = 2.0
     resume: bool = False
     device: torch.device = torch.device("cpu")
@@ -74,7 +77,7 @@ def train(request: DetectionRequest) -> FitResult:
 
     device = distributed.setup(request.device)  # under torchrun: join the process group, this process's GPU
     workers = _check(request, device)
-    init = None if request.resume else request.init
+    init = None if request.resume or request.init is None else init_run(request.init, "detection")
     config = resolve_config(request, init)
     loop = loop_config(config, device, request.eval_every_minutes, request.compile)  # before OUT: fp16 needs CUDA
     start = _init_weights(config, init) if init is not None else None  # checked before OUT is written
@@ -192,7 +195,9 @@ def _document(config: DetectionConfig, request: DetectionRequest, start: InitWei
     """config.json's contents: the config, and where a fine-tuned run's first weights came from."""
     if request.resume and (request.out / "config.json").is_file():  # keep what the run folder holds beside the config
         return {**RunFolder.open(request.out, "detection").config, **config.to_dict()}
-    return {**config.to_dict(), **({"init_from": str(start.path)} if start is not None else {})}
+    imported = start is not None and Path(str(request.init)) not in start.path.parents  # a temporary import
+    source = str(request.init) if imported else str(start.path) if start is not None else None
+    return {**config.to_dict(), **({"init_from": source} if source is not None else {})}
 
 
 def _describe(task: DetectionTask, loop: LoopConfig, start: InitWeights | None) -> None:
@@ -205,9 +210,12 @@ def _describe(task: DetectionTask, loop: LoopConfig, start: InitWeights | None) 
     note(f"model: {model.arch} {model.backbone}, {parameters / 1e6:.1f}M parameters, {model.num_classes} classes, "
          f"{model.num_queries} queries, on {task.device}" + "".join(f", {option}" for option in options))
     if start is not None:
-        head = (f"class head re-initialised for {model.num_classes} classes" if start.reinitialised
-                else "class head kept (same number of classes)")
-        note(f"init: {len(start.tensors)} tensors from {start.path}; {head}")
+        fresh = start.reinitialised
+        head = (f"class head re-initialised for {model.num_classes} classes: {len(fresh)} tensors started fresh "
+                f"({', '.join(fresh)})" if fresh else "class head kept (same number of classes): none started fresh")
+        names = task.config.class_names
+        note(f"init: {len(start.tensors)} tensors loaded from {start.path}; {head}; classes from the data: "
+             f"{', '.join(names[:10])}{f' (+{len(names) - 10} more)' if len(names) > 10 else ''}")
 
 
 @dataclass(frozen=True)

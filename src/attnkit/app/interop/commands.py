@@ -20,8 +20,9 @@ except ImportError:
 
 @import_app.command("detr")
 def import_detr(
-    path: Path = typer.Argument(..., help="A facebookresearch/detr .pth checkpoint, or a Hugging Face "
-                                          "DetrForObjectDetection folder (config.json + safetensors)."),
+    path: str = typer.Argument(..., help="A facebookresearch/detr .pth checkpoint, a Hugging Face "
+                                         "DetrForObjectDetection folder (config.json + safetensors), or a Hub id "
+                                         "(facebook/detr-resnet-50; needs attnkit[hub])."),
     out: Path = typer.Option(..., "--out", help="Detection run folder to write."),
     heads: int = typer.Option(None, "--heads", help="Attention heads (not stored in official checkpoints; "
                                                      "default 8, or the folder's config)."),
@@ -31,8 +32,9 @@ def import_detr(
     """Import a trained DETR; the run works with `detect`, `eval detection` and `export hf`."""
     with user_errors():
         from attnkit.app.interop.detr_import import import_detr as run_import
+        from attnkit.app.interop.pretrained import local_source
 
-        run = run_import(path, out, heads, dc5)
+        run = run_import(local_source(path), out, heads, dc5)
         model = run.config["model"]
         backbone = model["backbone"] if model["backbone"] != "resnet" else (
             f"ResNet ({model['backbone_block']} blocks {model['backbone_depths']}, widths {model['backbone_widths']})")
@@ -43,15 +45,17 @@ def import_detr(
 
 @import_app.command("marian")
 def import_marian(
-    folder: Path = typer.Argument(..., help="A Hugging Face MarianMT folder (config.json, weights, source.spm, "
-                                            "target.spm, vocab.json), e.g. a Helsinki-NLP opus-mt model."),
+    folder: str = typer.Argument(..., help="A Hugging Face MarianMT folder (config.json, weights, source.spm, "
+                                           "target.spm, vocab.json), or a Hub id such as Helsinki-NLP/opus-mt-en-de "
+                                           "(needs attnkit[hub])."),
     out: Path = typer.Option(..., "--out", help="Translation run folder to write."),
 ) -> None:
     """Import a Marian translation model; the run works with `translate`, `eval translation` and `export hf`."""
     with user_errors():
         from attnkit.app.interop.marian_import import import_marian as run_import
+        from attnkit.app.interop.pretrained import local_source
 
-        run = run_import(folder, out)
+        run = run_import(local_source(folder), out)
         model = run.config["model"]
         print(f"imported Marian: d_model {model['d_model']}, {model['num_encoder_layers']}+"
               f"{model['num_decoder_layers']} layers, vocabulary {model['target_vocab_size']} -> {run.path}")

@@ -45,6 +45,9 @@ def train_translation(
                                    "--set accumulate=N."),
     compile_: bool = typer.Option(False, "--compile", help="Train through torch.compile (the first step compiles; "
                                   "weights are saved as without it)."),
+    init: str = typer.Option(None, "--init", help="Fine-tune this model on the data: a translation run, a "
+                             "transformers Marian folder or a Hub id (Helsinki-NLP/opus-mt-en-de; needs attnkit[hub]); "
+                             "its config and vocabulary are kept."),
     ema: float = typer.Option(None, "--ema", help="Keep a moving average of the weights with this decay (e.g. "
                               "0.999), validated as ema_<metric> and saved as weights/ema; same as --set "
                               "ema_decay=..."),
@@ -62,7 +65,7 @@ def train_translation(
         recipe.train(recipe.TranslationRequest(
             out, budget, data=data, train_file=train, valid_file=valid, test_file=test, preset=preset, arch=arch,
             source_lang=source_lang, target_lang=target_lang, assignments=tuple(assignments), resume=resume,
-            device=on, skip_bad_lines=skip_bad_lines, compile=compile_))
+            device=on, skip_bad_lines=skip_bad_lines, compile=compile_, init=init))
         distributed.finish()
 
 

@@ -6,6 +6,9 @@ dropout, label smoothing 0.1; validation by BLEU of greedy translations (plus lo
 `train` resolves the config, reads the data, trains and scores the test split: the whole of
 `attnkit train translation`; `train_run` trains a config on splits already read (the demo, benchmarks);
 `prepare` turns a config and corpus splits into the tokenizer, the examples and the task's inputs.
+With `init` (a translation run, a Marian folder or Hub id: `attnkit.app.interop.pretrained`) the run
+starts from that model: its config, tokenizer (an opus-mt import keeps its SentencePiece
+vocabularies) and weights; the corpus only supplies the data.
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from attnkit.app.interop.pretrained import init_run
+from attnkit.app.interop.weights_files import load_all_or_nothing
 from attnkit.baselines.bahdanau_rnn import BahdanauRNNConfig
-from attnkit.errors import refuse_changes
-from attnkit.storage import RunFolder
+from attnkit.errors import ConfigError, refuse_changes
+from attnkit.storage import RunFolder, read_weights
 from attnkit.training import Budget, FitResult, LoopConfig, Trainer, distributed, plot_curves
 from attnkit.training.fused_optimizer import fused_options
 from attnkit.training.messages import note
@@ -64,26 +69,29 @@ class TranslationRequest:
     skip_bad_lines: bool = False
     compile: bool = False
     progress: bool = True
+    init: str | Path | None = None  # a model to fine-tune: a translation run, a Marian folder or Hub id
 
 
 def train(request: TranslationRequest) -> FitResult:
     """Resolve the config, read the data, train in the run folder OUT and score the test split, if there is one."""
-    config = resolve_config(request)
+    init = None if request.resume or request.init is None else init_run(request.init, "translation")
+    config = resolve_config(request, init)
     resolve_amp(config.amp, request.device)  # fp16 on a CPU: an error now, before the data is read
     files = {"train": request.train_file, "valid": request.valid_file, "test": request.test_file}
     splits = load_splits(request.data, files, config.source_lang, config.target_lang, skip_bad=request.skip_bad_lines)
     for corpus in splits.values():
         note(f"data: {corpus.report.summary()}")
     run, result = _train(config, splits, request.out, request.budget, request.device, request.resume,
-                         request.progress, request.compile)
+                         request.progress, request.compile, init)
     if "test" in splits and distributed.is_main():
         _report_test(run.path, splits["test"], config.beam_size)
     note(f"run folder: {run.path}")
     return result
 
 
-def resolve_config(request: TranslationRequest) -> TranslationConfig:
-    """The preset with the request's overrides; on resume, the run's config.json (ConfigError if asked to differ)."""
+def resolve_config(request: TranslationRequest, init: Path | None = None) -> TranslationConfig:
+    """The preset (or INIT's config) with the request's overrides; on resume, the run's config.json (ConfigError
+    if asked to differ)."""
     languages = [f"source_lang={json.dumps(request.source_lang)}"] if request.source_lang else []
     languages += [f"target_lang={json.dumps(request.target_lang)}"] if request.target_lang else []
     assignments, out = list(request.assignments), request.out
@@ -94,6 +102,8 @@ def resolve_config(request: TranslationRequest) -> TranslationConfig:
         named = [f"preset={request.preset}"] if request.preset else []
         check_kept(config, named + languages + assignments)  # no option may silently differ from config.json
         return config
+    if init is not None:
+        return _init_config(request, init, languages + assignments)
     name = request.preset
     if name is None:
         name = default_preset_name(request.device.type == "cuda")
@@ -103,6 +113,17 @@ def resolve_config(request: TranslationRequest) -> TranslationConfig:
     config = override(with_architecture(preset(name), request.arch or "transformer"), languages + assignments)
     if assignments:
         note(f"overrides: {', '.join(assignments)}")
+    return config
+
+
+def _init_config(request: TranslationRequest, init: Path, assignments: list[str]) -> TranslationConfig:
+    """INIT's config (model, vocabulary, decoding) with the request's overrides; --preset and --arch would
+    contradict the model fine-tuned, so they are refused."""
+    if request.preset or request.arch:
+        raise ConfigError("--init gives the model: drop --preset and --arch (change other settings with --set)")
+    config = override(TranslationConfig.from_dict(RunFolder.open(init, "translation").config), assignments)
+    note(f"config: from {request.init} (model, vocabulary, decoding)"
+         + (f"; overrides: {', '.join(assignments)}" if assignments else ""))
     return config
 
 
@@ -203,8 +224,10 @@ def train_run(config: TranslationConfig, splits: Mapping[str, Corpus], out: Path
 
 
 def _train(config: TranslationConfig, splits: Mapping[str, Corpus], out: Path, budget: Budget, device: torch.device,
-           resume: bool, progress: bool, compile: bool) -> tuple[RunFolder, FitResult]:
+           resume: bool, progress: bool, compile: bool, init: Path | None = None) -> tuple[RunFolder, FitResult]:
     """Prepare the data, create (or reopen) the run folder OUT and train; the run and the Trainer's result.
+
+    init: a translation run whose tokenizer and best weights the new run starts from (not on resume).
 
     compile: train through torch.compile (`LoopConfig.compile`); the saved weights are the same either way.
     """
@@ -213,7 +236,7 @@ def _train(config: TranslationConfig, splits: Mapping[str, Corpus], out: Path, b
     device = distributed.setup(device)  # under torchrun: join the process group, this process's GPU
     with distributed.main_first():  # rank 0 trains the tokenizer and creates OUT; the others read them
         reopen = resume or not distributed.is_main()
-        prepared = prepare(config, splits, tokenizer_folder=out if reopen else None)
+        prepared = prepare(config, splits, tokenizer_folder=out if reopen else init)
         config = prepared.config
         run = RunFolder.create(out, "translation", config.to_dict(), resume=resume) if distributed.is_main() \
             else RunFolder.open(out, "translation")
@@ -222,11 +245,22 @@ def _train(config: TranslationConfig, splits: Mapping[str, Corpus], out: Path, b
     amp = resolve_amp(config.amp, device)
     describe(prepared, device, amp)
     task = TranslationTask(config, prepared.tokenizer, prepared.train, splits["valid"], device)
+    if init is not None and not resume:
+        _load_init(task.model, init)
     loop = LoopConfig(eval_every_minutes=config.eval_every_minutes, checkpoint_every_minutes=config.eval_every_minutes,
                       grad_clip=config.grad_clip, accumulate=config.accumulate, amp=amp,
                       average_last=config.average_last, compile=compile, ema_decay=config.ema_decay)
     at_end = (plot_curves, report_at_end(task))  # RUN/curves.png, then RUN/report.html, which shows it
     return run, Trainer(task, run, budget, loop, progress=progress, at_end=at_end).fit(resume=resume)
+
+
+def _load_init(model: nn.Module, init: Path) -> None:
+    """INIT's best weights into MODEL, every tensor (CheckpointError naming any that does not fit)."""
+    folder = RunFolder.open(init, "translation")
+    path = folder.weights_path("best" if folder.best_weights.is_file() else "last")
+    tensors, _ = read_weights(path)
+    load_all_or_nothing(model, tensors, str(path))
+    note(f"init: {len(tensors)} tensors loaded from {path}; none started fresh (same model and vocabulary)")
 
 
 def describe(prepared: Prepared, device: torch.device, amp: str = "off") -> None:
