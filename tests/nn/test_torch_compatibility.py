@@ -309,6 +309,20 @@ def test_an_unknown_activation_name_is_torchs_runtime_error(build):
     assert isinstance(theirs, RuntimeError)
 
 
+
+def test_nested_tensor_inputs_are_refused_with_torchs_assertion():
+    """torch takes nested tensors only on its inference fast path; attnkit says so instead of failing inside."""
+    nested = torch.nested.nested_tensor([torch.randn(3, E), torch.randn(5, E)], layout=torch.jagged)
+    ours, _ = mha_pair()
+    calls = [lambda: ours(nested, nested, nested), lambda: TransformerEncoderLayer(E, H, FF, batch_first=True)(nested),
+             lambda: TransformerDecoderLayer(E, H, FF, batch_first=True)(nested, torch.randn(2, 4, E)),
+             lambda: TransformerEncoder(TransformerEncoderLayer(E, H, FF, batch_first=True), 2).eval()(nested)]
+    for call in calls:
+        error = raised(call)
+        assert isinstance(error, ShapeError) and isinstance(error, AssertionError), error
+        assert "nested tensor" in str(error) and "key_padding_mask" in str(error)
+
+
 def test_layer_and_stack_errors_are_torchs():
     encoder_layer, torch_encoder_layer = layer_pair("TransformerEncoderLayer")
     src = sequence(KEYS, False)

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from attnkit.nn.dropout import Dropout
 from attnkit.nn.errors import InputError, ShapeError
 from attnkit.nn.feed_forward import Activation, FeedForwardMixin
-from attnkit.nn.multi_head_attention import MultiHeadAttention
+from attnkit.nn.multi_head_attention import MultiHeadAttention, nested_message
 from attnkit.nn.positional_encoding.rotary import RotaryEmbedding
 
 
@@ -41,6 +41,8 @@ class SequenceLayout:
 
     @classmethod
     def of(cls, name: str, x: Tensor, d_model: int, batch_first: bool) -> SequenceLayout:
+        if x.is_nested:
+            raise ShapeError(nested_message(name))
         if x.dim() not in (2, 3) or x.size(-1) != d_model:
             expected = "(batch, length, d_model)" if batch_first else "(length, batch, d_model)"
             raise ShapeError(f"{name} must be {expected} or unbatched (length, d_model) with d_model={d_model}, "

@@ -261,6 +261,12 @@ def _static_keys_and_values(cache: KVCache | None) -> tuple[Tensor, Tensor] | No
     return cache.key, cache.value
 
 
+def nested_message(name: str) -> str:
+    """torch takes nested tensors only on its inference fast path (and asserts elsewhere); attnkit never."""
+    return (f"{name} is a nested tensor: attnkit does not support NestedTensor inputs; pad the sequences "
+            f"into one tensor and pass a key_padding_mask (True at the padding)")
+
+
 def check_ranks(query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Tensor | None,
                 attn_mask: Tensor | None, num_heads: int) -> bool:
     """torch's rank checks (ShapeError, an AssertionError as torch's); True when the inputs are batched.
@@ -268,6 +274,9 @@ def check_ranks(query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Ten
     Batched: query, key, value 3-D, key_padding_mask 2-D; unbatched: all 2-D, key_padding_mask
     1-D, a 3-D attn_mask (heads, queries, keys). attn_mask is 2-D or 3-D in both.
     """
+    for name, tensor in (("query", query), ("key", key), ("value", value)):
+        if tensor.is_nested:
+            raise ShapeError(nested_message(name))
     if query.dim() not in (2, 3):
         raise ShapeError(f"query should be unbatched 2D or batched 3D tensor but received {query.dim()}-D "
                          f"query tensor")
