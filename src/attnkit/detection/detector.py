@@ -44,7 +44,8 @@ class Detector:
 
         folder = RunFolder.open(Path(run), "detection")
         config = DetectionConfig.from_dict(folder.config)
-        paths = {"best": folder.best_weights, "last": folder.last_weights, "average": folder.average_weights}
+        paths = {"best": folder.best_weights, "last": folder.last_weights, "average": folder.average_weights,
+                 "ema": folder.ema_weights}  # ema: the moving average of the weights, if training kept one
         path = paths.get(weights, Path(weights))
         if weights == "best" and not path.is_file():
             path = folder.last_weights

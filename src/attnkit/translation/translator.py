@@ -20,7 +20,7 @@ from attnkit.translation.decoding import ATTNKIT_RULES, DecodingConfig, EncoderD
 from attnkit.translation.tokenizer import EOS_ID, SubwordTokenizer
 
 RUN_KIND = "translation"
-WEIGHT_CHOICES = ("best", "last", "average")
+WEIGHT_CHOICES = ("best", "last", "average", "ema")
 
 
 @torch.no_grad()
@@ -87,7 +87,8 @@ class Translator:
 
 
 def _weights_path(folder, weights: str) -> Path:
-    paths = {"best": folder.best_weights, "last": folder.last_weights, "average": folder.average_weights}
+    paths = {"best": folder.best_weights, "last": folder.last_weights, "average": folder.average_weights,
+             "ema": folder.ema_weights}
     if weights not in paths:
         raise CheckpointError(f"unknown weights '{weights}' (choose from {', '.join(WEIGHT_CHOICES)})")
     path = paths[weights]

@@ -28,6 +28,8 @@ def test_ema_is_saved_validated_and_kept_in_the_config(tmp_path):
     assert RunFolder.open(out).weights_path("ema").is_file()
     valid = [r for r in RunFolder.open(out).metrics() if r["split"] == "valid"]
     assert {"ema_loss", "ema_bleu", "ema_chrf"} <= set(valid[-1])
+    translated = invoke("translate", out, "seven", "--weights", "ema", "--beam-size", "1")
+    assert translated.exit_code == 0, translated.output
 
 
 def test_a_decay_outside_0_1_is_one_error_line(tmp_path):
