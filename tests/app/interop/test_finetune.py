@@ -124,3 +124,21 @@ def test_a_transformers_detr_folder_is_an_init_source_and_the_log_names_the_fres
     assert f"init: {len(init) - 2} tensors loaded" in result.output
     for name in init.keys() - set(HEAD):
         assert torch.equal(started[name], init[name]), name
+
+
+def test_an_official_detr_pth_is_an_init_source(tmp_path, monkeypatch):
+    from attnkit.app.interop.detr_import import hf_to_official
+
+    torch.save({"model": hf_to_official(hf_detr("basic", seed=3).state_dict())}, tmp_path / "detr-test.pth")
+    images, annotations = write_two_class_coco(tmp_path / "mine")
+    started = record_initial_weights(monkeypatch)
+    out = tmp_path / "run"
+    result = invoke("train", "detection", "--images", images, "--annotations", annotations, *TINY, "--no-flip",
+                    "--init", tmp_path / "detr-test.pth", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert "init: importing" in result.output and "2 tensors started fresh" in result.output
+    init, _ = read_weights(import_detr(tmp_path / "detr-test.pth", tmp_path / "imported").path
+                           / "weights" / "best.safetensors")
+    for name in init.keys() - set(HEAD):
+        assert torch.equal(started[name], init[name]), name
+    assert json.loads((out / "config.json").read_text())["init_from"] == str(tmp_path / "detr-test.pth")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -59,3 +60,18 @@ def test_import_marian_takes_a_hub_id_from_the_cache(marian_folder, tmp_path):
     missing = run_offline(tmp_path, "import", "marian", "Helsinki-NLP/opus-mt-en-fr", "--out", tmp_path / "other")
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
     assert "error: Helsinki-NLP/opus-mt-en-fr: not a local file or folder, and not fetched" in missing.stderr
+
+
+def test_train_detection_inits_from_a_hub_id_in_the_cache(tmp_path):
+    from detr_models import hf_detr
+
+    hf_detr("basic", seed=2).save_pretrained(tmp_path / "hf")
+    cache_with(tmp_path / "cache", "facebook/detr-resnet-50", tmp_path / "hf")
+    out = tmp_path / "run"
+    shapes = ["--data", "shapes", "--shapes-train-images", "4", "--shapes-val-images", "2", "--shapes-image-size", "64"]
+    result = run_offline(tmp_path, "train", "detection", *shapes, "--preset", "tiny", "--steps", "2", "--init",
+                         "facebook/detr-resnet-50", "--out", out, "--device", "cpu", "--eval-every-minutes", "10")
+    assert result.returncode == 0, result.stderr
+    assert "hub: facebook/detr-resnet-50 -> " in result.stderr and "none started fresh" in result.stderr  # 5 and 5
+    config = json.loads((out / "config.json").read_text())
+    assert config["init_from"] == "facebook/detr-resnet-50" and config["model"]["num_queries"] == 7
