@@ -32,18 +32,48 @@ def export_hf(folder: Any, tensors: dict, out: Path) -> Any:
 
 
 def attention(detector: Any, out: Path, texts: Sequence[str], images: Sequence[Path], threshold: float) -> list[Path]:
-    """Per detected object, its query's decoder attention over the image, and the encoder's (one file set per image)."""
-    from attnkit.app.visualize.detections import save_detection_maps
+    """Per detected object, its query's decoder attention over the image, and the encoder's (one file set per
+    image); for deformable attention their sampling points, and the two-stage proposals (`maps_of`)."""
     from attnkit.detection.data import read_image
 
     if texts or not images:
         raise ConfigError("a detection run: give image files with --image IMG")
     if not 0.0 <= threshold <= 1.0:
         raise ConfigError(f"--threshold must be between 0 and 1, got {threshold}")
+    save_maps = maps_of(detector)
     paths = []
     for path in images:
-        paths += save_detection_maps(detector, read_image(path), out, path.stem, threshold)
+        paths += save_maps(detector, read_image(path), out, path.stem, threshold)
     return paths
+
+
+def samples_points(detector: Any) -> bool:
+    """Whether DETECTOR's attention is deformable (`fast`'s): each query samples a few points instead of
+    attending to every feature-map cell (DETR's), so its pictures are sampling points, not maps."""
+    from attnkit.detection.variants.multi_scale_deformable_attention import MultiScaleDeformableAttention
+
+    return any(isinstance(module, MultiScaleDeformableAttention) for module in detector.model.modules())
+
+
+def maps_of(detector: Any) -> Any:
+    """The function that draws DETECTOR's attention pictures of one image: `save_sampling_maps` (objects,
+    encoder, proposals) for deformable attention, else `save_detection_maps` (DETR's objects and encoder)."""
+    if samples_points(detector):
+        from attnkit.app.visualize.deformable_maps import save_sampling_maps
+
+        return save_sampling_maps
+    from attnkit.app.visualize.detections import save_detection_maps
+
+    return save_detection_maps
+
+
+_DENSE_CAPTION = ("<p>Detections with score &ge; 0.7 (best weights), each with its object query's decoder attention "
+                  "over the image (Carion et al. 2020, Figure 6), and the encoder's self-attention of four reference "
+                  "points (Figure 3).</p>")
+_SAMPLING_CAPTION = ("<p>Detections with score &ge; 0.7 (best weights), each with the points its object query's last "
+                     "decoder layer samples (deformable attention: every head and level, coloured by weight) around "
+                     "its reference box (Zhu et al. 2021, Figure 6); the last encoder layer's sampling for four "
+                     "pixels; and, two-stage, the encoder proposals the decoder starts from.</p>")
 
 
 def report_samples(task: Any) -> Any:
@@ -60,17 +90,14 @@ def report_samples(task: Any) -> Any:
 
 def report_predictions(run: Any, samples: Any, assets: Path) -> str:
     """The report's sample predictions: detections, each query's decoder attention and the encoder's."""
-    from attnkit.app.visualize.detections import save_detection_maps
     from attnkit.app.visualize.report import image_tag
     from attnkit.detection.data import read_image
 
     detector = load(run.path)
-    parts = ["<h2>Sample predictions</h2>",
-             "<p>Detections with score &ge; 0.7 (best weights), each with its object query's decoder attention over "
-             "the image (Carion et al. 2020, Figure 6), and the encoder's self-attention of four reference points "
-             "(Figure 3).</p>"]
+    save_maps = maps_of(detector)
+    parts = ["<h2>Sample predictions</h2>", _SAMPLING_CAPTION if samples_points(detector) else _DENSE_CAPTION]
     for index, image_path in enumerate(samples.images, start=1):
-        paths = save_detection_maps(detector, read_image(Path(image_path)), assets, f"image{index}")
+        paths = save_maps(detector, read_image(Path(image_path)), assets, f"image{index}")
         parts.append(f"<h3>Image {index}: {html.escape(Path(image_path).name)}</h3>\n"
                      + "\n".join(image_tag(path, path.stem) for path in paths))
     if samples.evaluation:

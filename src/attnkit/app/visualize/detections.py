@@ -118,17 +118,19 @@ def plot_encoder_attention(image: Image.Image, weights: Tensor, feature_size: tu
     return _save(fig, path)
 
 
-def detect_with_attention(detector, image: Image.Image, threshold: float = 0.7, at_least: int = 0):
+def detect_with_attention(detector, image: Image.Image, threshold: float = 0.7, at_least: int = 0, capture=None):
     """Run a `Detector` on one image with capture: (its `Detections` above THRESHOLD, their query indices, weights).
 
     Detections come as `Detector.predict` gives them (its pipeline's); when fewer than AT_LEAST pass the
-    threshold, the AT_LEAST most confident queries are returned instead.
+    threshold, the AT_LEAST most confident queries are returned instead. CAPTURE(model, images, mask) keeps
+    the weights: `capture_detection` (DETR's dense attention) unless given (`capture_deformable`).
     """
     from attnkit.app.visualize.capture import capture_detection
     from attnkit.detection.postprocess import postprocess
 
     prepared = detector.pipeline.prepare(image)
-    weights = capture_detection(detector.model, prepared.batch.to(detector.device), prepared.mask.to(detector.device))
+    weights = (capture or capture_detection)(detector.model, prepared.batch.to(detector.device),
+                                             prepared.mask.to(detector.device))
     found = postprocess(weights.outputs.logits, weights.outputs.boxes, prepared.size)[0]
     detections, queries = detector.pipeline.select(found["scores"], found["labels"], found["boxes"], threshold,
                                                    at_least)

@@ -88,17 +88,26 @@ class MultiScaleDeformableAttention(nn.Module):
         """query: (batch, queries, d_model); reference: (batch, queries, levels, 2 or 4) in [0, 1] of each
         level's map; value: (batch, keys, d_model) with keys = sum of h * w over SHAPES; padding:
         (batch, keys), True where a key is padding. Returns (batch, queries, d_model)."""
-        batch, queries, _ = query.shape
         value = self.value_proj(value)
         if padding is not None:
             value = value.masked_fill(padding[..., None], 0.0)
         value = value.unflatten(-1, (self.num_heads, -1))  # (batch, keys, heads, head_dim)
+        locations, weights = self.sampling(query, reference, shapes)
+        return self.output_proj(deformable_sampling(value, shapes, locations, weights))
+
+    def sampling(self, query: Tensor, reference: Tensor, shapes: Sequence[tuple[int, int]]) -> tuple[Tensor, Tensor]:
+        """Where each query reads and how much: the sampling locations phi_l(p_q) + delta p_mlqk
+        (batch, queries, heads, levels, points, 2), as (x, y) in [0, 1] of each level's map, and the
+        weights A_mlqk (batch, queries, heads, levels, points), summing to 1 over each head's L * K points.
+
+        `forward` reads its points through this; the attention pictures ask it again for them
+        (app/visualize/deformable_capture.py), so a model run without pictures computes nothing more."""
+        batch, queries, _ = query.shape
         offsets = self.sampling_offsets(query).view(batch, queries, self.num_heads, self.num_levels,
                                                     self.num_points, 2)
         weights = short_softmax(self.attention_weights(query).view(batch, queries, self.num_heads, -1))
         weights = weights.view(batch, queries, self.num_heads, self.num_levels, self.num_points)
-        locations = sampling_locations(reference, offsets, shapes)
-        return self.output_proj(deformable_sampling(value, shapes, locations, weights))
+        return sampling_locations(reference, offsets, shapes), weights
 
 
 def short_softmax(logits: Tensor) -> Tensor:
