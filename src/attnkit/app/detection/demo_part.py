@@ -6,6 +6,7 @@ from pathlib import Path
 
 DEMO_MINUTES = 3.0
 DEMO_PICTURES = 6
+VALIDATIONS = 4  # AP points on the run's curves: enough to see it rise, few enough to leave the time to training
 FALLBACK_SHOWN = 3  # a detector trained for minutes is rarely confident: show at least its top 3
 
 
@@ -21,7 +22,7 @@ def detection_demo(out: Path, minutes: float = DEMO_MINUTES) -> None:
     run = out / "run"
     resume = (run / "config.json").is_file()
     train(DetectionRequest(run, Budget(minutes=minutes), "shapes", "small", shapes=ShapesConfig(), resume=resume,
-                           eval_every_minutes=minutes))
+                           eval_every_minutes=minutes / VALIDATIONS))
     detector = Detector.from_run(run)
     val = detector_val_set(run)
     pictures = out / "pictures"
