@@ -59,6 +59,22 @@ def detection_run(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def fast_detection_run(tmp_path_factory) -> Path:
+    """`detection_run` as `fast` (deformable attention, two-stage), its ResNet stopping after C4 (as `small`'s)."""
+    from attnkit.detection.architectures import build_model
+    from attnkit.detection.config import DetectionConfig, preset, with_arch
+
+    model_config, train_config = preset("tiny")
+    model_config = with_arch(model_config, "fast", num_classes=2, last_stage=4)
+    config = DetectionConfig(model=model_config, train=train_config, preset="tiny", data="explicit",
+                             class_names=("disc", "square"), category_ids=(1, 2))
+    run = RunFolder.create(tmp_path_factory.mktemp("runs") / "fast", "detection", config.to_dict())
+    torch.manual_seed(0)
+    save_weights(run.best_weights, build_model(config.model).state_dict(), {"kind": "detection", "step": 1})
+    return run.path
+
+
+@pytest.fixture(scope="module")
 def image_file(tmp_path_factory) -> Path:
     generator = torch.Generator().manual_seed(0)
     pixels = (torch.rand(80, 96, 3, generator=generator) * 255).to(torch.uint8).numpy()

@@ -47,6 +47,17 @@ def test_detection_attention_maps(detection_run, image_file, tmp_path):
     assert encoder.width > 3 * encoder.height and objects.height > encoder.height
 
 
+def test_fast_attention_draws_sampling_points(fast_detection_run, image_file, tmp_path):
+    result = invoke("attention", fast_detection_run, "--image", image_file, "--threshold", "0", "--out", tmp_path)
+    assert result.exit_code == 0, result.output
+    stems = ("objects", "encoder", "proposals")
+    assert result.output.split() == [str(tmp_path / f"picture_{stem}.png") for stem in stems]
+    objects = assert_png(tmp_path / "picture_objects.png", min_width=800, min_height=500)  # 8 panels, 2 rows
+    encoder = assert_png(tmp_path / "picture_encoder.png", min_width=1000)  # the image and 4 pixels, 1 row
+    assert encoder.width > 3 * encoder.height and objects.height > encoder.height
+    assert_png(tmp_path / "picture_proposals.png", min_width=600)
+
+
 def test_positional_pictures_from_the_command_line(tmp_path):
     for kind in ("sinusoidal", "sine2d"):
         result = invoke("attention", "--positional", kind, "--length", "10", "--d-model", "16", "--out", tmp_path)
@@ -77,6 +88,16 @@ def test_report_of_a_detection_run(detection_run, image_file, tmp_path):
     page = out.read_text(encoding="utf-8")
     assert "Image 1: picture.png" in page and "No metrics were logged yet" in page
     assert len(re.findall(r"data:image/png;base64,", page)) == 2  # objects, encoder
+
+
+def test_report_of_a_fast_run_shows_its_sampling(fast_detection_run, image_file, tmp_path):
+    out = tmp_path / "page.html"
+    result = invoke("report", fast_detection_run, "--image", image_file, "--out", out)
+    assert result.exit_code == 0, result.output
+    page = out.read_text(encoding="utf-8")
+    assert "<h2>Sample predictions</h2>" in page and "Image 1: picture.png" in page
+    assert "class='error'" not in page and "Zhu et al. 2021" in page
+    assert len(re.findall(r"data:image/png;base64,", page)) == 3  # objects, encoder, proposals
 
 
 def test_bad_input_exits_2_with_one_message(translation_run, detection_run, tmp_path):

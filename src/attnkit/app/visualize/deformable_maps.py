@@ -56,7 +56,7 @@ def draw_sampling(ax, locations: Tensor, weights: Tensor, size: tuple[int, int],
         order = weight.argsort()  # light first: the heavy points stay visible
         points, weight = points[order], weight[order]
         scatter = ax.scatter(points[:, 0] * width, points[:, 1] * height, c=weight.numpy(), cmap=CMAP, vmin=0.0,
-                             vmax=vmax, s=(8 + 110 * weight / vmax).numpy(), marker=MARKERS[level % len(MARKERS)],
+                             vmax=vmax, s=(6 + 70 * weight / vmax).numpy(), marker=MARKERS[level % len(MARKERS)],
                              edgecolors="white", linewidths=0.4, zorder=3)
     return scatter, int((~inside).sum())
 
@@ -79,14 +79,15 @@ def level_legend(fig, shapes: Sequence[tuple[int, int]], reference: str) -> None
                       markersize=8, label=name) for i, name in enumerate(level_names(shapes))]
     handles.append(Line2D([], [], marker="x", linestyle="", color=REFERENCE, markeredgewidth=2, markersize=8,
                           label=reference))
-    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False,
-               bbox_to_anchor=(0.5, -0.02))
+    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8, frameon=False)
 
 
-def _panels(count: int, max_columns: int = 4):
+def _panels(count: int, aspect: float, max_columns: int = 4):
+    """COUNT panels, MAX_COLUMNS a row, each 3.4 inches wide and ASPECT (image height / width) as high."""
     columns = min(count, max_columns)
     rows = -(-count // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(3.4 * columns + 0.9, 3.4 * rows + 0.9), dpi=100, squeeze=False)
+    fig, axes = plt.subplots(rows, columns, figsize=(3.0 * columns + 1.0, (3.0 * aspect + 0.5) * rows + 0.9), dpi=100,
+                             squeeze=False, layout="constrained")
     flat = list(axes.flat)
     for ax in flat:
         ax.set_xticks([])
@@ -113,7 +114,7 @@ def plot_object_sampling(image: Image.Image, detections: Detections, sampling: S
     """The image with the detections, then per object its query's sampling (SAMPLING: one batch row per object,
     in image coordinates): reference box, points of every head and level coloured by weight."""
     count = min(len(detections), max_objects)
-    fig, axes, flat = _panels(count + 1)
+    fig, axes, flat = _panels(count + 1, image.height / image.width)
     flat[0].imshow(draw_boxes(image, detections.boxes[:count].tolist(), detections.labels[:count].tolist(),
                               detections.names[:count], detections.scores[:count].tolist()))
     flat[0].set_title(caption + (f", {count} shown" if count < len(detections) else ""), fontsize=9)
@@ -148,7 +149,7 @@ def plot_encoder_sampling(image: Image.Image, weights: DeformableWeights, path: 
     """The last encoder layer's sampling of a few PIXELS ((level, row, column), default `encoder_pixels`)."""
     pixels = list(pixels) if pixels is not None else encoder_pixels(weights)
     sampling = weights.encoder[-1].in_image(weights.valid_ratios)
-    fig, axes, flat = _panels(len(pixels) + 1, max_columns=5)
+    fig, axes, flat = _panels(len(pixels) + 1, image.height / image.width, max_columns=5)
     _on_image(flat[0], image, grey=False)
     flat[0].set_title("the pixels (queries) drawn", fontsize=9)
     scatter, size = None, (image.width, image.height)
@@ -183,7 +184,8 @@ def plot_proposals(image: Image.Image, weights: DeformableWeights, detections: D
     fig, axes = plt.subplots(1, 2, figsize=(8.2, 4.2), dpi=100, squeeze=False)
     left, right = axes[0]
     _on_image(left, image)
-    colours = plt.get_cmap("viridis")((scores - scores.min()) / (scores.max() - scores.min()).clamp(min=1e-12))
+    spread = (scores - scores.min()) / (scores.max() - scores.min()).clamp(min=1e-12)  # (count,) in [0, 1]
+    colours = plt.get_cmap("viridis")(spread.numpy())
     for rank in reversed(range(len(boxes))):  # the best drawn last, on top
         cx, cy, w, h = boxes[rank].tolist()
         left.add_patch(Rectangle((cx - w / 2, cy - h / 2), w, h, fill=False, edgecolor=colours[rank],
@@ -196,11 +198,12 @@ def plot_proposals(image: Image.Image, weights: DeformableWeights, detections: D
         cx, cy, w, h = boxes[query].tolist()
         x0, y0, x1, y1 = detections.boxes[index].tolist()
         right.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, edgecolor=colour, linewidth=2))
-        right.add_patch(Rectangle((cx - w / 2, cy - h / 2), w, h, fill=False, edgecolor=colour, linestyle="--",
-                                  linewidth=1.4))
+        right.add_patch(Rectangle((cx - w / 2, cy - h / 2), w, h, fill=False, edgecolor="white", linestyle="--",
+                                  linewidth=1.4, zorder=3))  # above the final box, which often covers it
         right.add_patch(FancyArrowPatch((cx, cy), ((x0 + x1) / 2, (y0 + y1) / 2), arrowstyle="-|>", color=colour,
                                         mutation_scale=14, linewidth=1.5))
-    right.set_title("each detection's proposal (dashed) moved by the\ndecoder to its final box (solid)", fontsize=9)
+    right.set_title("each detection's proposal (white, dashed) moved by\nthe decoder to its final box (solid)",
+                    fontsize=9)
     ranks = ", ".join(f"{name}: #{query + 1}" for name, query in zip(detections.names, queries.tolist()))
     right.set_xlabel(f"proposal rank of each detection: {ranks}", fontsize=8)
     for ax in (left, right):
