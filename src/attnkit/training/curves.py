@@ -66,7 +66,7 @@ def curves_figure(records: Sequence[dict[str, Any]]) -> Figure:
 def validation_panels(valid: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
     """Panel title -> the validation metrics drawn in it; metrics with no drawable value get none."""
     names = sorted({key for record in valid for key, value in record.items()
-                    if key not in NOT_METRICS and key != "loss" and not key.endswith("_per_s")
+                    if key.removeprefix("ema_") not in NOT_METRICS and key != "loss" and not key.endswith("_per_s")
                     and isinstance(value, (int, float)) and not isinstance(value, bool)}, key=_display_order)
     panels: dict[str, list[str]] = {}
     for name in names:
