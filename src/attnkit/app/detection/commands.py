@@ -88,7 +88,7 @@ def eval_detection(
     split: str = typer.Option("val", "--split", help="Which split of DATA: val, train, test."),
     images: Path = typer.Option(None, "--images", help="Image folder (with --annotations, instead of --data)."),
     annotations: Path = typer.Option(None, "--annotations", help="instances_*.json of those images."),
-    weights: str = typer.Option("best", "--weights", help="best, last or average."),
+    weights: str = typer.Option("best", "--weights", help="best, last, average or ema."),
     batch_size: int = typer.Option(8, "--batch-size", help="Images per forward pass (does not change the result)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     score_threshold: float = typer.Option(0.5, "--score-threshold", help="The confusion matrix counts detections "
@@ -141,7 +141,7 @@ def detect(
     out: Path = typer.Option(..., "--out", help="Folder for the annotated images."),
     threshold: float = typer.Option(0.5, "--threshold", help="Keep detections with at least this score."),
     as_json: bool = typer.Option(False, "--json", help="Also write OUT/detections.json (COCO results format)."),
-    weights: str = typer.Option("best", "--weights", help="best, last or average."),
+    weights: str = typer.Option("best", "--weights", help="best, last, average or ema."),
     device: str = typer.Option(None, "--device", help="cpu or cuda (default: cuda when available)."),
     backend: str = typer.Option("pytorch", "--backend", help="pytorch, or onnxruntime (RUN's ONNX export, "
                                 "written to RUN/onnx on first use, or an `attnkit export onnx` folder)."),

@@ -17,7 +17,7 @@ app.add_typer(export_app, name="export")
 def export_onnx(
     run: Path = typer.Argument(..., help="A detection or translation run folder."),
     out: Path = typer.Option(None, "--out", help="Export folder (default: RUN/onnx)."),
-    weights: str = typer.Option("best", "--weights", help="best, last or average."),
+    weights: str = typer.Option("best", "--weights", help="best, last, average or ema."),
 ) -> None:
     """Export RUN to ONNX: the detector with post-processing (one graph), or the translator's encoder and
     decoder step with its key/value cache (two graphs); each checked with onnx.checker."""

@@ -65,7 +65,7 @@ def import_marian(
 def export_hf(
     run: Path = typer.Argument(..., help="A detection (DETR) or translation (Transformer) run folder."),
     out: Path = typer.Option(..., "--out", help="Folder to write; `from_pretrained(OUT)` loads it."),
-    weights: str = typer.Option("best", "--weights", help="best, last or average."),
+    weights: str = typer.Option("best", "--weights", help="best, last, average or ema."),
 ) -> None:
     """Export a run for Hugging Face transformers (DetrForObjectDetection or MarianMTModel)."""
     with user_errors():

@@ -16,7 +16,7 @@ def serve(
     runs: list[Path] = typer.Argument(..., help="Translation and detection run folders."),
     port: int = typer.Option(8000, "--port", help="TCP port."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (default: this machine only)."),
-    weights: str = typer.Option("best", "--weights", help="best, last or average."),
+    weights: str = typer.Option("best", "--weights", help="best, last, average or ema."),
     max_body_mb: float = typer.Option(8.0, "--max-body-mb", help="Largest request body accepted (MB)."),
     max_pixels: int = typer.Option(4096 * 4096, "--max-pixels", help="Largest image accepted (width x height)."),
     max_text_chars: int = typer.Option(2000, "--max-text-chars", help="Longest sentence accepted."),

@@ -74,7 +74,7 @@ def eval_translation(
     run: Path = typer.Argument(..., help="A translation run folder."),
     data: str = typer.Option(..., "--data", help="Test data: numbers:de, a folder (its test.*), or a file."),
     beam_size: int = typer.Option(None, "--beam-size", help="Beam size (default: the run's, 4); 1 is greedy."),
-    weights: str = typer.Option("best", "--weights", help="best, last or average."),
+    weights: str = typer.Option("best", "--weights", help="best, last, average or ema."),
     source_lang: str = typer.Option(None, "--source-lang"),
     target_lang: str = typer.Option(None, "--target-lang", help="The references' language (default: the run's, "
                                     "else read from their script); picks BLEU's tokenizer: zh, ja-mecab, ko-mecab, "
@@ -105,7 +105,7 @@ def translate(
     run: Path = typer.Argument(..., help="A translation run folder."),
     text: list[str] = typer.Argument(None, help="Sentences to translate (default: stdin, one per line)."),
     beam_size: int = typer.Option(None, "--beam-size", help="Beam size (default: the run's, 4); 1 is greedy."),
-    weights: str = typer.Option("best", "--weights", help="best, last or average."),
+    weights: str = typer.Option("best", "--weights", help="best, last, average or ema."),
     backend: str = typer.Option("pytorch", "--backend", help="pytorch, or onnxruntime (RUN's ONNX export, "
                                 "written to RUN/onnx on first use, or an `attnkit export onnx` folder)."),
 ) -> None:

@@ -21,7 +21,7 @@ def attention(
     length: int = typer.Option(None, "--length", help="Positions drawn (default 50; sine2d: grid side, 16)."),
     d_model: int = typer.Option(128, "--d-model", help="Encoding size for --positional (default 128)."),
     threshold: float = typer.Option(0.7, "--threshold", help="Detection run: objects with at least this score."),
-    weights: str = typer.Option("best", "--weights", help="best, last or average."),
+    weights: str = typer.Option("best", "--weights", help="best, last, average or ema."),
 ) -> None:
     """Draw what a model attends to: translation alignments, DETR's per-object attention, or positional encodings."""
     with user_errors():
