@@ -23,7 +23,8 @@ def attention(
     threshold: float = typer.Option(0.7, "--threshold", help="Detection run: objects with at least this score."),
     weights: str = typer.Option("best", "--weights", help="best, last, average or ema."),
 ) -> None:
-    """Draw what a model attends to: translation alignments, DETR's per-object attention, or positional encodings."""
+    """Draw what a model attends to: translation alignments, DETR's per-object attention (fast: its deformable
+    attention's sampling points and proposals), or positional encodings."""
     with user_errors():
         if positional is not None:
             paths = [_positional(positional, run, out, length, d_model, weights)]
