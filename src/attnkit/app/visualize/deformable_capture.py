@@ -52,6 +52,9 @@ class Sampling:
         reference = self.reference / (ratios if self.reference.shape[-1] == 2 else torch.cat([ratios] * 2, -1))
         return Sampling(reference, self.locations / ratios[:, :, None, :, None], self.weights)
 
+    def cpu(self) -> Sampling:
+        return Sampling(self.reference.cpu(), self.locations.cpu(), self.weights.cpu())
+
 
 @dataclass(frozen=True)
 class DeformableWeights:
@@ -64,6 +67,12 @@ class DeformableWeights:
     decoder: list[Sampling]                 # queries: the object queries (their cross-attention to the image)
     proposals: Tensor | None = None         # (batch, count, 4) two-stage: the decoder's first boxes, cx, cy, w, h
     proposal_scores: Tensor | None = None   # (batch, count) their selection scores, best first
+
+    def cpu(self) -> DeformableWeights:
+        """The sampling on the CPU, for drawing (the outputs stay where they are)."""
+        proposals = [None if t is None else t.cpu() for t in (self.proposals, self.proposal_scores)]
+        return DeformableWeights(self.outputs, self.shapes, self.valid_ratios.cpu(), [s.cpu() for s in self.encoder],
+                                 [s.cpu() for s in self.decoder], *proposals)
 
     @property
     def encoder_first(self) -> int:

@@ -146,7 +146,8 @@ def encoder_pixels(weights: DeformableWeights, count: int = 4) -> list[tuple[int
 
 def plot_encoder_sampling(image: Image.Image, weights: DeformableWeights, path: Path,
                           pixels: Sequence[tuple[int, int, int]] | None = None) -> Path:
-    """The last encoder layer's sampling of a few PIXELS ((level, row, column), default `encoder_pixels`)."""
+    """The last encoder layer's sampling of a few PIXELS ((level, row, column), default `encoder_pixels`);
+    WEIGHTS on the CPU (`DeformableWeights.cpu`), as in `plot_proposals`."""
     pixels = list(pixels) if pixels is not None else encoder_pixels(weights)
     sampling = weights.encoder[-1].in_image(weights.valid_ratios)
     fig, axes, flat = _panels(len(pixels) + 1, image.height / image.width, max_columns=5)
@@ -180,7 +181,7 @@ def plot_proposals(image: Image.Image, weights: DeformableWeights, detections: D
     """Two-stage: the K best proposals coloured by score; each detected object's proposal and its final box."""
     assert weights.proposals is not None and weights.proposal_scores is not None  # a two-stage model's capture
     scale = torch.tensor([image.width, image.height] * 2)
-    boxes, scores = weights.proposals[0].cpu() * scale, weights.proposal_scores[0].cpu()  # (count, 4), (count,)
+    boxes, scores = weights.proposals[0] * scale, weights.proposal_scores[0]  # (count, 4), (count,)
     fig, axes = plt.subplots(1, 2, figsize=(8.2, 4.2), dpi=100, squeeze=False)
     left, right = axes[0]
     _on_image(left, image)
@@ -220,19 +221,12 @@ def save_sampling_maps(detector, image: Image.Image, out: Path, stem: str, thres
     below = len(queries) and float(detections.scores[0]) < threshold
     caption = f"no detection >= {threshold:g}:\nthe {len(queries)} most confident queries" if below else \
         f"{len(queries)} detection(s) with score >= {threshold:g}"
+    weights = weights.cpu()
     last = weights.decoder[-1].in_image(weights.valid_ratios)
-    index = queries.to(last.locations.device)
-    objects = Sampling(last.reference[0, index].cpu(), last.locations[0, index].cpu(), last.weights[0, index].cpu())
+    objects = Sampling(last.reference[0, queries], last.locations[0, queries], last.weights[0, queries])
     paths = [plot_object_sampling(image, detections, objects, weights.shapes, out / f"{stem}_objects.png", caption)]
     if weights.encoder:
-        paths.append(plot_encoder_sampling(image, _cpu(weights), out / f"{stem}_encoder.png"))
+        paths.append(plot_encoder_sampling(image, weights, out / f"{stem}_encoder.png"))
     if weights.proposals is not None:
         paths.append(plot_proposals(image, weights, detections, queries, out / f"{stem}_proposals.png"))
     return paths
-
-
-def _cpu(weights: DeformableWeights) -> DeformableWeights:
-    """The encoder's last layer and the geometry on the CPU, for drawing."""
-    last = weights.encoder[-1]
-    return DeformableWeights(weights.outputs, weights.shapes, weights.valid_ratios.cpu(),
-                             [Sampling(last.reference.cpu(), last.locations.cpu(), last.weights.cpu())], [])
