@@ -1,5 +1,6 @@
 """Beam search finds the best-scoring hypothesis on a hand-built model under either length penalty;
-beam 1 equals greedy; each decoding rule (limits, bans, n-grams, ending without </s>) holds."""
+beam 1 equals greedy; each decoding rule (limits, bans, n-grams, ending without </s> or on a forced
+token) holds."""
 
 from __future__ import annotations
 
@@ -92,12 +93,31 @@ def test_a_fixed_limit_and_ending_there_without_eos():
     source = torch.tensor([[A, B, EOS_ID], [A, EOS_ID, 0]])
     forced = DecodingConfig(max_output_length=4)
     assert greedy_decode(model, source, rules=forced) == [[A, C, C]] * 2  # </s> is the 4th token
-    free = DecodingConfig(max_output_length=4, force_eos_at_limit=False)
+    free = DecodingConfig(max_output_length=4, forced_at_limit=None)
     assert greedy_decode(model, source, rules=free) == [[A, C, C, C]] * 2  # 4 tokens, no </s>
     best = beam_search(model, source, beam_size=2, alpha=1.0, rules=DecodingConfig("power", False, 4,
-                                                                                    force_eos_at_limit=False))
+                                                                                    forced_at_limit=None))
     assert [h.tokens for h in best] == [[A, C, C, C]] * 2  # log(.6 .7 .7 .7) / 4 beats every ending with </s>
     assert best[0].score == pytest.approx(math.log(0.6 * 0.7 ** 3) / 4)
+
+
+def test_a_token_other_than_eos_forced_at_the_limit_ends_the_hypothesis_by_length():
+    """transformers' forced_eos_token_id may name any id (MarianConfig's default 0 is not </s> in every vocabulary):
+    the last allowed token is that one, at log-probability 0, and the hypothesis ends there without </s>."""
+    model = BigramModel(LONG)
+    source = torch.tensor([[A, B, EOS_ID], [A, EOS_ID, 0]])
+    forced_b = DecodingConfig("power", False, max_output_length=4, forced_at_limit=B)
+    assert greedy_decode(model, source, rules=forced_b) == [[A, C, C, B]] * 2
+    banned_too = DecodingConfig(max_output_length=4, forced_at_limit=B, banned_outputs=(B,))
+    assert greedy_decode(model, source, rules=banned_too) == [[A, C, C, B]] * 2  # forced after the bans, as generate
+    best = beam_search(model, source, beam_size=2, alpha=1.0, rules=forced_b)
+    # by hand, log P / |Y|: A C C B log(.6 .7 .7 1) / 4 = -0.31 beats B C C B log(.25 .7 .7 1) / 4 = -0.52,
+    # A C </s> log(.6 .7 .3) / 3 = -0.69 and A </s> log(.6 .3) / 2 = -0.86
+    assert [h.tokens for h in best] == [[A, C, C, B]] * 2
+    assert best[0].score == pytest.approx(math.log(0.6 * 0.7 * 0.7) / 4)
+    eos = beam_search(model, source, beam_size=2, alpha=1.0, rules=DecodingConfig("power", False, 4))
+    assert [h.tokens for h in eos] == [[A, C, C]] * 2  # </s> forced in B's place: the same score, one token fewer
+    assert eos[0].score == pytest.approx(best[0].score)
 
 
 def test_banned_outputs_minimum_length_and_repeated_ngrams():

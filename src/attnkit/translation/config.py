@@ -22,7 +22,7 @@ import torch
 from attnkit import overrides
 from attnkit.baselines.bahdanau_rnn import BahdanauRNN, BahdanauRNNConfig, match_transformer
 from attnkit.errors import ConfigError
-from attnkit.translation.decoding import DecodingConfig
+from attnkit.translation.decoding import DecodingConfig, saved_rules
 from attnkit.translation.model import Seq2SeqConfig, Seq2SeqTransformer
 
 PRESET_NAMES = ("tiny", "small", "base")
@@ -93,7 +93,7 @@ class TranslationConfig:
         """The inverse of `to_dict`; ConfigError naming any unknown key."""
         values = dict(values)
         model = values.pop("model", {})
-        decoding = values.pop("decoding", {})  # absent from run folders written before it existed
+        decoding = saved_rules(values.pop("decoding", {}))  # absent from run folders written before it existed
         _check_keys(values, cls, "")
         if values.get("arch", "transformer") not in ARCHITECTURES:
             raise ConfigError(f"unknown arch '{values['arch']}' (known: {', '.join(ARCHITECTURES)})")

@@ -4,7 +4,7 @@ imported with its generation config (`attnkit import marian`) decodes as `genera
 
   ban                  NoBadWordsLogitsProcessor (single-token bad words), MinLengthLogitsProcessor (</s>)
   ban_repeated_ngrams  NoRepeatNGramLogitsProcessor: no n-gram twice (Paulus et al. 2017, section 2.5)
-  force_eos_at_limit   ForcedEOSTokenLogitsProcessor: the last allowed token is </s>
+  force_at_limit       ForcedEOSTokenLogitsProcessor: the last allowed token is forced_eos_token_id (</s>, or any id)
 
 scores: (rows, vocab); a masked entry is -inf.
 """
@@ -40,12 +40,13 @@ def ban_repeated_ngrams(scores: Tensor, prefix: Tensor, n: int) -> Tensor:
     return scores.masked_fill(banned[:, :vocab], float("-inf"))
 
 
-def force_eos_at_limit(scores: Tensor, step: int, limits: Tensor) -> Tensor:
-    """Rows whose next token is the last one allowed (step + 1 >= limit) may only produce </s>, at score 0
-    (its log-probability once the others are excluded). limits: (rows,)."""
+def force_at_limit(scores: Tensor, step: int, limits: Tensor, token: int = EOS_ID) -> Tensor:
+    """Rows whose next token is the last one allowed (step + 1 >= limit) may only produce TOKEN, at score 0
+    (its log-probability once the others are excluded); whatever TOKEN is, the hypothesis then ends by length.
+    limits: (rows,)."""
     at_limit = step + 1 >= limits  # (rows,)
     if not bool(at_limit.any()):
         return scores
-    only_eos = torch.full_like(scores, float("-inf"))
-    only_eos[:, EOS_ID] = 0.0
-    return torch.where(at_limit.unsqueeze(1), only_eos, scores)
+    only_token = torch.full_like(scores, float("-inf"))
+    only_token[:, token] = 0.0
+    return torch.where(at_limit.unsqueeze(1), only_token, scores)

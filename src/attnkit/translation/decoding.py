@@ -18,9 +18,10 @@ a sentence is over once `beam` hypotheses have ended or no live prefix can beat 
 that make these searches give transformers' `generate` output (`attnkit import marian`):
 score log P(Y|X) / |Y|^alpha ("power"); the best `beam` ended hypotheses kept; `early_stopping`
 False / "never" ends a sentence when transformers' heuristic finds that the best live prefix,
-normalised at its current length / at the limit, cannot beat the worst kept one; hypotheses end at
-the limit with or without </s>; masks applied to the log-probabilities after the softmax, as
-transformers' logits processors are in beam search.
+normalised at its current length / at the limit, cannot beat the worst kept one; every hypothesis
+ends at the limit, on the token forced there (forced_eos_token_id: </s>, or another id, which ends
+it by length, not as </s> does) or on any token when none is forced; masks applied to the
+log-probabilities after the softmax, as transformers' logits processors are in beam search.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import torch
 from torch import Tensor
 
 from attnkit.errors import ConfigError
-from attnkit.translation.constraints import ban, ban_repeated_ngrams, force_eos_at_limit
+from attnkit.translation.constraints import ban, ban_repeated_ngrams, force_at_limit
 from attnkit.translation.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 EXTRA_LENGTH = 50  # max output length = source length + 50 (section 6.1)
@@ -49,7 +50,7 @@ class DecodingConfig:
     early_stopping: bool | Literal["never"] = True  # True: over with `beam` ended; else the heuristics above
     max_output_length: int | None = None  # None: source length + 50  [max_length - 1, max_new_tokens]
     min_output_length: int = 0            # </s> is not proposed before this length  [min_length]
-    force_eos_at_limit: bool = True       # False: a hypothesis may end at the limit without </s>  [forced_eos_token_id]
+    forced_at_limit: int | None = EOS_ID  # the token forced last; None: none  [forced_eos_token_id]
     banned_outputs: tuple[int, ...] = ()  # never proposed  [bad_words_ids of one token]
     no_repeat_ngram_size: int = 0         # no n-gram twice, the start token included  [no_repeat_ngram_size]
     renormalize: bool = False             # log-softmax again after the masks  [renormalize_logits]
@@ -67,6 +68,20 @@ class DecodingConfig:
             raise ConfigError("decoding.min_output_length and decoding.no_repeat_ngram_size must be at least 0")
         if EOS_ID in self.banned_outputs:
             raise ConfigError("decoding.banned_outputs may not hold </s> (2): no hypothesis could end")
+        forced = self.forced_at_limit
+        if forced is not None and (isinstance(forced, bool) or not isinstance(forced, int) or forced < 0):
+            raise ConfigError(f"decoding.forced_at_limit must be a token id or none, got {forced!r}")
+
+
+def saved_rules(values: dict[str, Any]) -> dict[str, Any]:
+    """A saved `decoding` section in today's keys: `force_eos_at_limit` true / false (written before the forced
+    token had an id) is `forced_at_limit` </s> / none."""
+    values = dict(values)
+    if "force_eos_at_limit" in values:
+        if "forced_at_limit" in values:
+            raise ConfigError("decoding sets both force_eos_at_limit and forced_at_limit; keep forced_at_limit")
+        values["forced_at_limit"] = EOS_ID if values.pop("force_eos_at_limit") else None
+    return values
 
 
 ATTNKIT_RULES = DecodingConfig()
@@ -113,7 +128,7 @@ def output_limits(source: Tensor, extra: int, rules: DecodingConfig) -> Tensor:
 
 def constrain(scores: Tensor, prefix: Tensor, step: int, limits: Tensor, rules: DecodingConfig) -> Tensor:
     """SCORES (rows, vocab) of the token after PREFIX (rows, step + 1) with what RULES forbid masked, in the order
-    of transformers' logits processors: repeated n-grams, banned outputs, early </s>, </s> forced at the limit."""
+    of transformers' logits processors: repeated n-grams, banned outputs, early </s>, the token forced at the limit."""
     if rules.no_repeat_ngram_size:
         counted = prefix.clone()
         counted[:, 0] = rules.start_token  # the start token as the model's own vocabulary has it
@@ -122,7 +137,9 @@ def constrain(scores: Tensor, prefix: Tensor, step: int, limits: Tensor, rules: 
         scores = ban(scores, rules.banned_outputs)
     if step + 1 < rules.min_output_length:
         scores = ban(scores, (EOS_ID,))
-    return force_eos_at_limit(scores, step, limits) if rules.force_eos_at_limit else scores
+    if rules.forced_at_limit is None:
+        return scores
+    return force_at_limit(scores, step, limits, rules.forced_at_limit)
 
 
 @torch.no_grad()
@@ -197,8 +214,8 @@ class _Beams:
 
     def advance(self, top_scores: Tensor, top_indices: Tensor, vocab: int, prefix: Tensor,
                 step: int) -> tuple[Tensor, Tensor]:
-        """End the top candidates that end here (</s>, or the limit without forced </s>) if among the best
-        `beam_size`, as fairseq and transformers do; keep the best `beam_size` others live.
+        """End the top candidates that end here (</s>, or any token at the limit: forced there, or not) if among
+        the best `beam_size`, as fairseq and transformers do; keep the best `beam_size` others live.
 
         Returns the kept candidates' flat indices (batch, beam) and their scores (batch, beam).
         """
@@ -206,7 +223,7 @@ class _Beams:
         keep = torch.zeros(top_indices.size(0), beam, dtype=torch.long, device=top_indices.device)
         kept_scores = torch.full_like(keep, float("-inf"), dtype=top_scores.dtype)
         for b, (row_scores, row_indices) in enumerate(zip(top_scores.tolist(), top_indices.tolist())):
-            at_limit = step + 1 >= self.limits[b] and not self.rules.force_eos_at_limit
+            at_limit = step + 1 >= self.limits[b]
             slot = 0
             for rank, (score, index) in enumerate(zip(row_scores, row_indices)):
                 if slot == beam or score == float("-inf"):

@@ -1,8 +1,9 @@
-"""Marian in and out: MarianMTModels built here (opus-mt-like, and variants in the start token, the
-vocabularies, the embedding scale, the activation and the generation config) give the same logits
-in attnkit, `Translator.translate` follows each model's generation config and gives transformers'
-`generate` output token for token, greedy and beam; exported back they load in transformers with
-the same outputs. What attnkit cannot represent is refused naming the config field."""
+"""Marian in and out: MarianMTModels built here (opus-mt-like, and variants in the ids, the start token,
+the vocabularies, the embedding scale, the activation and the generation config, the token forced at
+the limit included) give the same logits in attnkit, `Translator.translate` follows each model's
+generation config and gives transformers' `generate` output token for token, greedy and beam;
+exported back they load in transformers with the same outputs. What attnkit cannot represent is
+refused naming the config field."""
 
 from __future__ import annotations
 
@@ -40,6 +41,15 @@ NEVER = {"num_beams": 2, "length_penalty": 1.5, "early_stopping": "never", "max_
 NEGATIVE = {"num_beams": 5, "length_penalty": -0.5, "max_length": 16, "min_new_tokens": 2}
 EARLY = {"num_beams": 4, "length_penalty": 0.8, "early_stopping": True, "max_length": 20}
 NO_TRIGRAMS = {"num_beams": 4, "length_penalty": 0.8, "max_length": 20, "no_repeat_ngram_size": 3}
+# MarianModelTester's ids (bos 0, pad 1, eos 2) with MarianConfig's default forced_eos_token_id 0, which is bos there:
+# generate forces a token other than </s> at the limit, and the hypothesis ends by length on it. Limits of 6 to 8
+# tokens and seeds where many outputs reach them and others end earlier on </s> (a test below checks both).
+FORCED_BOS = {"num_beams": 4, "max_length": 8, "forced_eos_token_id": 0}
+FORCED_PAD = {"num_beams": 2, "length_penalty": 0.6, "early_stopping": "never", "max_length": 9,
+              "forced_eos_token_id": 1}  # the pad, which bad_words_ids bans elsewhere
+FORCED_BOS_EARLY = {"num_beams": 5, "length_penalty": 1.3, "early_stopping": True, "max_new_tokens": 6,
+                    "forced_eos_token_id": 0}
+FORCED_PIECE = {"num_beams": 3, "max_length": 9, "forced_eos_token_id": 5}  # opus-mt's ids, a word piece forced
 VARIANTS = {  # name: (write_marian options, generation)
     "opus-mt": ({}, OPUS),
     "start-eos-unscaled-gelu": ({"start": "eos", "scale_embedding": False, "activation_function": "gelu"}, SHORT),
@@ -47,7 +57,12 @@ VARIANTS = {  # name: (write_marian options, generation)
     "separate-vocabularies": ({"separate": True, "activation_function": "gelu_new", "eos": (4.0, 5, 1.0)}, NEGATIVE),
     "separate-own-start": ({"separate": True, "start": "own", "eos": (4.0, 5, 1.0)}, EARLY),
     "unshared-one-vocabulary": ({"unshared": True, "eos": (6.0, 8, 2.0)}, NO_TRIGRAMS),
+    "tester-ids-forced-bos": ({"ids": "tester", "activation_function": "gelu", "seed": 8}, FORCED_BOS),
+    "tester-ids-forced-pad-start-bos": ({"ids": "tester", "start": "bos", "seed": 8}, FORCED_PAD),
+    "tester-ids-forced-bos-early": ({"ids": "tester", "seed": 1}, FORCED_BOS_EARLY),
+    "forced-piece": ({}, FORCED_PIECE),
 }
+FORCED = [name for name in VARIANTS if "forced" in name]  # a token other than </s> forced at the limit
 
 
 def train_spm(language: str) -> bytes:
@@ -80,27 +95,31 @@ def numbered(pieces: list[str]) -> dict[str, int]:
 
 def write_marian(folder: Path, spm_models: tuple[bytes, bytes], start: str = "pad", separate: bool = False,
                  unshared: bool = False, generation: dict | None = None, eos: tuple[float, int, float] = EOS,
-                 seed: int = 0, **config) -> Path:
-    """A MarianMTModel folder with random weights. start: the decoder starts from pad, eos (id 0) or a <s> of its
-    own; separate: a vocabulary and embedding per side; unshared: an embedding per side over one vocabulary;
-    eos: see `_randomize`."""
+                 seed: int = 0, ids: str = "opus", **config) -> Path:
+    """A MarianMTModel folder with random weights. start: the decoder starts from pad, eos, a <s> of its own, or
+    bos; separate: a vocabulary and embedding per side; unshared: an embedding per side over one vocabulary;
+    eos: see `_randomize`; ids: opus-mt's (</s> 0, <unk> 1, pad last) or MarianModelTester's (<s> 0, pad 1, </s> 2,
+    one vocabulary)."""
     torch.manual_seed(seed)
     source_model, target_model = spm_models
-    if separate:
+    if ids == "tester":
+        source = target = numbered(["<s>", "<pad>", "</s>"] + pieces_of(source_model) + pieces_of(target_model))
+    elif separate:
         source = numbered(["</s>", "<unk>", "<pad>"] + pieces_of(source_model))
         target = numbered(["</s>", "<unk>", "<pad>"] + pieces_of(target_model) + (["<s>"] if start == "own" else []))
     else:
         source = target = numbered(["</s>", "<unk>"] + pieces_of(source_model) + pieces_of(target_model)
                                    + (["<s>"] if start == "own" else []) + ["<pad>"])
-    pad = target["<pad>"]
+    pad, eos_id = target["<pad>"], target["</s>"]
     options = dict(vocab_size=len(source), decoder_vocab_size=len(target), d_model=32, encoder_layers=2,
                    decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
                    decoder_ffn_dim=64, max_position_embeddings=128, activation_function="swish",
-                   scale_embedding=True, pad_token_id=pad, eos_token_id=0, forced_eos_token_id=0,
-                   decoder_start_token_id={"pad": pad, "eos": 0, "own": target.get("<s>")}[start],
+                   scale_embedding=True, pad_token_id=pad, eos_token_id=eos_id, forced_eos_token_id=0,
+                   decoder_start_token_id={"pad": pad, "eos": eos_id, "own": target.get("<s>"),
+                                           "bos": target.get("<s>")}[start],
                    share_encoder_decoder_embeddings=not (separate or unshared))
     model = transformers.MarianMTModel(transformers.MarianConfig(**{**options, **config})).eval()
-    _randomize(model, *eos)
+    _randomize(model, eos_id, *eos)
     for key, value in {"bad_words_ids": [[pad]], **(generation or OPUS)}.items():
         setattr(model.generation_config, key, value)
     folder.mkdir(parents=True, exist_ok=True)
@@ -116,7 +135,7 @@ def write_marian(folder: Path, spm_models: tuple[bytes, bytes], start: str = "pa
     return folder
 
 
-def _randomize(model, scale: float, position: int, bias: float) -> None:
+def _randomize(model, eos_id: int, scale: float, position: int, bias: float) -> None:
     """Sublayers that matter next to the residual, so outputs depend on the input; </s>'s output row along the
     decoder's position encoding at POSITION (times SCALE) and its logit bias BIAS, so that </s> grows likely near
     there and hypotheses end at many lengths, which the beam's rules then rank."""
@@ -127,9 +146,9 @@ def _randomize(model, scale: float, position: int, bias: float) -> None:
             elif parameter.dim() == 2:
                 parameter.normal_(0, parameter.size(1) ** -0.5)
         encoding = model.get_decoder().embed_positions.weight[position]  # (d_model,)
-        model.get_output_embeddings().weight[0] = scale * encoding / encoding.norm()
+        model.get_output_embeddings().weight[eos_id] = scale * encoding / encoding.norm()
         model.final_logits_bias.normal_(0, 0.5)
-        model.final_logits_bias[0, 0] = bias
+        model.final_logits_bias[0, eos_id] = bias
 
 
 class Imported:
@@ -168,8 +187,8 @@ class Imported:
         """generate's output under the model's generation config, without the start token, up to its </s>."""
         with torch.no_grad():
             output = self.hf.generate(self.to_marian_source[torch.tensor([source])], num_beams=beam_size)[0, 1:]
-        output = output.tolist()
-        return output[:output.index(0) + 1] if 0 in output else output
+        output, eos = output.tolist(), self.hf.generation_config.eos_token_id
+        return output[:output.index(eos) + 1] if eos in output else output
 
 
 @pytest.fixture(scope="module")
@@ -202,13 +221,29 @@ def test_the_run_carries_the_generation_config(opus, variants):
     short = TranslationConfig.from_dict(variants["start-eos-unscaled-gelu"].run.config)
     assert (short.beam_size, short.length_penalty) == (3, 0.6)
     assert (short.decoding.early_stopping, short.decoding.max_output_length, short.decoding.min_output_length,
-            short.decoding.force_eos_at_limit, short.decoding.start_token) == (True, 11, 3, False, EOS_ID)
+            short.decoding.forced_at_limit, short.decoding.start_token) == (True, 11, 3, None, EOS_ID)
     never = TranslationConfig.from_dict(variants["own-start-token-relu"].run.config).decoding
     assert (never.early_stopping, never.max_output_length, never.no_repeat_ngram_size, never.renormalize) == \
         ("never", 15, 2, True)
     negative = TranslationConfig.from_dict(variants["separate-vocabularies"].run.config)
     assert (negative.length_penalty, negative.decoding.max_output_length, negative.decoding.min_output_length) == \
         (-0.5, 15, 3)  # min_new_tokens 2: </s> from the third token on
+
+
+@pytest.mark.parametrize("name", FORCED)
+def test_a_forced_token_other_than_eos_is_carried_and_ends_outputs_at_the_limit(name, variants):
+    """forced_eos_token_id is kept as the attnkit id of that token (by piece name, whatever the importer's order);
+    generate's outputs, which the token-for-token test compares, reach the limit on it and also end earlier on
+    </s>, at several lengths."""
+    imported = variants[name]
+    rules, generation = imported.translator.config.decoding, imported.hf.generation_config
+    assert rules.forced_at_limit is not None and rules.forced_at_limit != EOS_ID
+    assert imported.to_marian[rules.forced_at_limit] == generation.forced_eos_token_id != generation.eos_token_id
+    outputs = [imported.theirs(source, beam_size) for source in imported.sources() for beam_size in BEAMS]
+    limit = rules.max_output_length
+    assert any(len(o) == limit and o[-1] == generation.forced_eos_token_id for o in outputs)
+    assert any(len(o) < limit and o[-1] == generation.eos_token_id for o in outputs)
+    assert len({len(o) for o in outputs}) >= 3
 
 
 def test_the_run_resumes_training_from_the_imported_weights(opus):
@@ -338,6 +373,24 @@ def test_a_folder_without_vocab_is_refused_by_name(marian_folder, tmp_path):
     with pytest.raises(CheckpointError, match="vocab.json"):
         import_marian(folder, tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("name", ["opus", "start-eos-unscaled-gelu"])
+def test_a_run_saved_with_force_eos_at_limit_loads_with_the_same_rules(name, opus, variants, tmp_path):
+    """config.json of an import written when the forced token was a boolean (force_eos_at_limit true: opus-mt's
+    forced </s>; false: none forced) loads with the rules of today's import and translates the same."""
+    import shutil
+
+    imported = opus if name == "opus" else variants[name]
+    old = tmp_path / "old"
+    shutil.copytree(imported.run.path, old)
+    config = json.loads((old / "config.json").read_text())
+    forced = config["decoding"].pop("forced_at_limit")
+    config["decoding"]["force_eos_at_limit"] = forced is not None
+    (old / "config.json").write_text(json.dumps(config))
+    translator = Translator.from_run(old, device="cpu")
+    assert translator.config == imported.translator.config
+    assert translator.translate(TEXTS) == imported.translator.translate(TEXTS)
 
 
 def test_a_run_imported_before_the_rules_keeps_its_search_and_exports(opus, tmp_path):

@@ -61,11 +61,13 @@ def test_the_papers_model_is_refused_with_the_differences_named(tmp_path):
         export_hf(run.path, tmp_path / "hf", weights="last")
 
 
-def test_the_decoding_rules_export_as_the_generation_config(tmp_path):
-    """A run decoding by transformers' rules (power penalty, early_stopping "never", a fixed limit without forced
-    </s>, a banned id, no repeated bigrams) exports them, and generate gives the run's tokens."""
+@pytest.mark.parametrize("forced", [None, 13])
+def test_the_decoding_rules_export_as_the_generation_config(forced, tmp_path):
+    """A run decoding by transformers' rules (power penalty, early_stopping "never", a fixed limit with nothing or
+    a token other than </s> forced there, a banned id, no repeated bigrams) exports them, and generate gives the
+    run's tokens."""
     rules = DecodingConfig(length_penalty_form="power", early_stopping="never", max_output_length=9,
-                           force_eos_at_limit=False, banned_outputs=(7,), no_repeat_ngram_size=2)
+                           forced_at_limit=forced, banned_outputs=(7,), no_repeat_ngram_size=2)
     run, model, _ = write_run(tmp_path, {"beam_size": 3, "length_penalty": 0.7, "decoding": rules}, **MARIAN)
     with torch.no_grad():
         model.output_bias.normal_()
@@ -76,9 +78,9 @@ def test_the_decoding_rules_export_as_the_generation_config(tmp_path):
     generation = reloaded.generation_config
     assert (generation.num_beams, generation.length_penalty, generation.early_stopping, generation.max_length,
             generation.forced_eos_token_id, generation.bad_words_ids, generation.no_repeat_ngram_size) == \
-        (3, 0.7, "never", 10, None, [[7]], 2)
+        (3, 0.7, "never", 10, forced, [[7]], 2)
     sources = [[5, 9, 12, EOS_ID], [7, 8, EOS_ID], [11, 6, 13, 14, 10, EOS_ID], [15, EOS_ID], [4, 16, 17, EOS_ID]]
-    lengths = set()
+    lengths, last = set(), set()
     for source in sources:
         batch = torch.tensor([source])
         for beam_size in (1, 3):
@@ -91,4 +93,6 @@ def test_the_decoding_rules_export_as_the_generation_config(tmp_path):
             expected = theirs[:theirs.index(EOS_ID) + 1] if EOS_ID in theirs else theirs
             assert ours + [EOS_ID] * (len(ours) < 9) == expected, (source, beam_size)
             lengths.add(len(expected))
+            last.add(expected[-1] if len(expected) == 9 else None)
     assert len(lengths) > 2  # outputs of several lengths, some ended by </s>
+    assert forced is None or forced in last  # some reach the limit, on the forced token

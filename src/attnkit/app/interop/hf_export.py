@@ -187,7 +187,7 @@ def marian_generation(config: TranslationConfig, target: MarianIds) -> dict[str,
     banned = sorted({target.marian_id(i) for i in (*rules.banned_outputs, *suppressed)})
     generation: dict[str, Any] = {
         "num_beams": config.beam_size, "bad_words_ids": [[i] for i in banned] or None,
-        "forced_eos_token_id": target.eos if rules.force_eos_at_limit else None,
+        "forced_eos_token_id": None if rules.forced_at_limit is None else target.marian_id(rules.forced_at_limit),
         "min_length": rules.min_output_length, "no_repeat_ngram_size": rules.no_repeat_ngram_size,
         "renormalize_logits": rules.renormalize}
     if rules.max_output_length is not None:

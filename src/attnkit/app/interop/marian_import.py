@@ -19,7 +19,8 @@ permutation; `hf_export` applies its inverse.
 The model's generation config (generation_config.json, or config.json's generation keys without
 one, as transformers reads them) becomes the run's beam size, length penalty and `decoding` rules,
 so that `translate` gives what `generate` gives: num_beams, length_penalty (|Y|^alpha),
-early_stopping, max_length / max_new_tokens, min_length / min_new_tokens, forced_eos_token_id,
+early_stopping, max_length / max_new_tokens, min_length / min_new_tokens, forced_eos_token_id (the
+token forced at the limit, </s> or not: MarianConfig's default 0 need not be the eos id),
 bad_words_ids (Marian bans its pad), no_repeat_ngram_size and renormalize_logits. What attnkit's
 search cannot do (sampling, repetition penalties, ...) is refused, naming the field.
 """
@@ -99,14 +100,15 @@ def marian_decoding(generation: dict, eos: int, start: int, to_attnkit: dict[int
                if generation.get(key) is not None and generation[key] not in off]
     if refused:
         raise ConfigError(f"the generation config sets {', '.join(refused)}, which attnkit's beam search does not do")
-    if _one_id(generation.get("forced_eos_token_id"), "forced_eos_token_id") not in (None, eos):
-        raise ConfigError(f"forced_eos_token_id ({generation['forced_eos_token_id']}) is not eos_token_id ({eos})")
+    forced = _one_id(generation.get("forced_eos_token_id"), "forced_eos_token_id")
+    if forced is not None and forced not in to_attnkit:
+        raise ConfigError(f"forced_eos_token_id ({forced}) is outside the vocabulary")
     min_new = generation.get("min_new_tokens") or 0
     rules = DecodingConfig(
         length_penalty_form="power", early_stopping=_option(generation, "early_stopping", False),
         max_output_length=_output_limit(generation, max_positions),
         min_output_length=max(_option(generation, "min_length", 0), min_new + 1 if min_new else 0),
-        force_eos_at_limit=generation.get("forced_eos_token_id") is not None,
+        forced_at_limit=None if forced is None else to_attnkit[forced],
         banned_outputs=_banned(generation.get("bad_words_ids"), eos, to_attnkit),
         no_repeat_ngram_size=_option(generation, "no_repeat_ngram_size", 0),
         renormalize=_option(generation, "renormalize_logits", False), start_token=to_attnkit[start])
