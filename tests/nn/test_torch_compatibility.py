@@ -403,3 +403,44 @@ def test_factory_kwargs_reach_every_parameter(factory):
         for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
             assert tensor.device.type == factory.get("device", "cpu"), name
             assert tensor.dtype == factory.get("dtype", torch.float32), name
+
+
+def _masks(size: int) -> dict[str, torch.Tensor]:
+    causal_float = torch.nn.Transformer.generate_square_subsequent_mask(size)
+    return {"causal float": causal_float, "causal bool": torch.isinf(causal_float),
+            "not causal": torch.zeros(size, size),
+            "other size": torch.nn.Transformer.generate_square_subsequent_mask(size + 1),
+            "banded": torch.isinf(causal_float) | torch.eye(size, dtype=torch.bool).roll(1, 0)}
+
+
+def test_causal_masks_are_detected_as_torch_detects_them():
+    from torch.nn.modules.transformer import _detect_is_causal_mask
+
+    from attnkit.nn.attention import is_causal_mask
+
+    for name, mask in _masks(5).items():
+        assert is_causal_mask(mask, 5) == _detect_is_causal_mask(mask, None, 5), name
+    assert not is_causal_mask(None, 5)
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_the_stacks_tell_their_layers_when_the_mask_is_causal(batch_first):
+    seen: dict[str, list[bool]] = {"encoder": [], "decoder": []}
+    encoder = TransformerEncoder(TransformerEncoderLayer(8, 2, 16, 0.0, batch_first=batch_first), 2)
+    decoder = TransformerDecoder(TransformerDecoderLayer(8, 2, 16, 0.0, batch_first=batch_first), 2)
+    for layer in encoder.layers:
+        layer.register_forward_pre_hook(lambda m, a, k: seen["encoder"].append(k["is_causal"]), with_kwargs=True)
+    for layer in decoder.layers:
+        layer.register_forward_pre_hook(lambda m, a, k: seen["decoder"].append(k["tgt_is_causal"]), with_kwargs=True)
+    x = torch.randn(3, 5, 8) if batch_first else torch.randn(5, 3, 8)
+    for name, mask in _masks(5).items():
+        if name == "other size":
+            continue
+        seen["encoder"].clear(), seen["decoder"].clear()
+        encoder(x, mask=mask)
+        decoder(x, x, tgt_mask=mask)
+        expected = name.startswith("causal")
+        assert seen == {"encoder": [expected, expected], "decoder": [expected, expected]}, name
+    seen["encoder"].clear()
+    encoder(x, mask=_masks(5)["causal float"], is_causal=False)  # a hint given is passed as given, as torch does
+    assert seen["encoder"] == [False, False]

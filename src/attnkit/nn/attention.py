@@ -69,6 +69,23 @@ def causal_mask(queries: int, keys: int, device: torch.device | None = None) -> 
     return torch.arange(keys, device=device).unsqueeze(0) <= rows
 
 
+def is_causal_mask(mask: Tensor | None, size: int) -> bool:
+    """Whether MASK is the (size, size) causal mask in torch's convention: True (bool) or -inf (float) above the
+    diagonal, nothing elsewhere. torch's stacks ask this when `is_causal` is not given, to tell their layers."""
+    if mask is None or tuple(mask.shape) != (size, size):
+        return False
+    above = ~causal_mask(size, size, mask.device)  # (size, size): True where key j > query i
+    expected = above if mask.dtype == torch.bool else \
+        torch.zeros(size, size, dtype=mask.dtype, device=mask.device).masked_fill(above, float("-inf"))
+    return bool((mask == expected).all())
+
+
+def sequence_length(x: Tensor, batch_first: bool) -> int:
+    """The sequence length of a stack's input: (length, d_model) unbatched, else (batch, length, ...) or
+    (length, batch, ...) by BATCH_FIRST."""
+    return x.shape[0] if x.dim() == 2 else x.shape[1 if batch_first else 0]
+
+
 def _merge_masks(mask: Tensor, allowed: Tensor) -> Tensor:
     if mask.dtype == torch.bool:
         return mask & allowed

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from attnkit.nn.attention import is_causal_mask, sequence_length
 from attnkit.nn.dropout import Dropout
 from attnkit.nn.encoder import (
     SequenceLayout,
@@ -223,11 +224,13 @@ class TransformerDecoder(nn.Module):
         check_decoder_inputs(self.d_model, self.nhead, self.batch_first, tgt, memory, masks, tgt_is_causal,
                              memory_is_causal, pos, query_pos, 0 if cache is None else cache.length)
         positions = {name: x for name, x in (("pos", pos), ("query_pos", query_pos)) if x is not None}
+        if tgt_is_causal is None:  # as torch's stack: tell the layers when tgt_mask is the causal one
+            tgt_is_causal = cache is None and is_causal_mask(tgt_mask, sequence_length(tgt, self.batch_first))
         x, intermediate = tgt, []
         for index, layer in enumerate(self.layers):
             layer_cache = {} if cache is None else {"cache": cache.layers[index]}
             x = layer(x, memory, tgt_mask=tgt_mask, memory_mask=memory_mask, tgt_key_padding_mask=tgt_key_padding_mask,
-                      memory_key_padding_mask=memory_key_padding_mask, tgt_is_causal=bool(tgt_is_causal),
+                      memory_key_padding_mask=memory_key_padding_mask, tgt_is_causal=tgt_is_causal,
                       memory_is_causal=memory_is_causal, **positions, **layer_cache)  # tgt's shape
             if self.return_intermediate:
                 intermediate.append(x if self.norm is None else self.norm(x))

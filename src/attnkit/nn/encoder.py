@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
+from attnkit.nn.attention import is_causal_mask, sequence_length
 from attnkit.nn.dropout import Dropout
 from attnkit.nn.errors import InputError, ShapeError
 from attnkit.nn.feed_forward import Activation, FeedForwardMixin
@@ -178,12 +179,13 @@ class TransformerEncoder(nn.Module):
         """src: (length, batch, d_model), or batch first, or unbatched; same shape out. pos: as src (DETR).
 
         Each layer is called as a module: layer(x, src_mask=mask, src_key_padding_mask=..., is_causal=...),
-        and pos=pos when given.
+        and pos=pos when given; is_causal=None: whether mask is the causal mask (`is_causal_mask`), as torch's.
         """
         check_encoder_inputs(self.d_model, self.nhead, self.batch_first, src, mask, src_key_padding_mask, pos)
         positions = {} if pos is None else {"pos": pos}  # a layer without DETR's positions need not know them
+        if is_causal is None:  # as torch's stack: tell the layers when the mask is the causal one
+            is_causal = is_causal_mask(mask, sequence_length(src, self.batch_first))
         x = src
         for layer in self.layers:
-            x = layer(x, src_mask=mask, src_key_padding_mask=src_key_padding_mask, is_causal=bool(is_causal),
-                      **positions)
+            x = layer(x, src_mask=mask, src_key_padding_mask=src_key_padding_mask, is_causal=is_causal, **positions)
         return x if self.norm is None else self.norm(x)
