@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from attnkit.detection.confusion import confusion_matrix
 from attnkit.detection.data import CocoAnnotations, CocoDetection
+from attnkit.detection.outcomes import Outcomes, detection_outcomes
 from attnkit.detection.postprocess import pairs, postprocess
 from attnkit.detection.transforms import collate
 
@@ -170,17 +171,21 @@ class Diagnostics:
     confusion: Tensor  # (classes + 1, classes + 1) counts, last row and column background (detection/confusion.py)
     score_threshold: float
     iou_threshold: float
+    outcomes: Outcomes  # the confusion matrix's detections and objects one by one (detection/outcomes.py)
 
     def as_dict(self) -> dict:
-        """metrics, with "per_class" and "confusion" ({"labels", "matrix", "score_threshold", "iou_threshold"})."""
+        """metrics, with "per_class", "confusion" ({"labels", "matrix", "score_threshold", "iou_threshold"}) and
+        "outcomes" (`Outcomes.as_dict`)."""
         return {**self.metrics, "per_class": self.per_class,
                 "confusion": {"labels": [*self.names, "background"], "matrix": self.confusion.tolist(),
-                              "score_threshold": self.score_threshold, "iou_threshold": self.iou_threshold}}
+                              "score_threshold": self.score_threshold, "iou_threshold": self.iou_threshold},
+                "outcomes": self.outcomes.as_dict(self.names)}
 
 
 def diagnose_detector(model: nn.Module, dataset: CocoDetection, batch_size: int = 8, score_threshold: float = 0.5,
                       iou_threshold: float = 0.5) -> Diagnostics:
-    """COCO AP of MODEL on DATASET (as evaluate_detector), per class, with PR curves and the confusion matrix."""
+    """COCO AP of MODEL on DATASET (as evaluate_detector), per class, with PR curves, the confusion matrix and its
+    false positives and missed objects one by one; the model runs once."""
     start = time.perf_counter()
     results = predict_dataset(model, dataset, batch_size)
     evaluator = run_cocoeval(dataset.coco, results)
@@ -195,4 +200,5 @@ def diagnose_detector(model: nn.Module, dataset: CocoDetection, batch_size: int 
     return Diagnostics(metrics, list(coco.names), {name: classes[c] for name, c in zip(coco.names, coco.category_ids)},
                        np.linspace(0, 1, 101), {name: {iou: by_iou[iou][c] for iou in by_iou}
                                                 for name, c in zip(coco.names, coco.category_ids)},
-                       confusion, score_threshold, iou_threshold)
+                       confusion, score_threshold, iou_threshold,
+                       detection_outcomes(coco, results, score_threshold, iou_threshold))

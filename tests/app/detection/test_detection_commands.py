@@ -66,13 +66,18 @@ def test_eval_prints_one_json_object(tiny_run):
     result = runner.invoke(load_commands(), ["eval", "detection", str(tiny_run), "--json"])
     assert result.exit_code == 0, result.output
     metrics = json.loads(result.stdout.strip().splitlines()[-1])
-    assert set(metrics) == {"AP", "AP50", "AP75", "APs", "APm", "APl", "images", "seconds", "per_class", "confusion"}
+    assert set(metrics) == {"AP", "AP50", "AP75", "APs", "APm", "APl", "images", "seconds", "per_class", "confusion",
+                            "outcomes"}
     assert metrics["images"] == 2
     names = json.loads((tiny_run / "config.json").read_text())["class_names"]
     assert list(metrics["per_class"]) == names and set(metrics["per_class"][names[0]]) == {"AP", "AP50"}
     matrix = metrics["confusion"]["matrix"]  # rows: true class (+ background), columns: detected class
     assert metrics["confusion"]["labels"] == [*names, "background"] and len(matrix) == len(names) + 1
     assert matrix[-1][-1] == 0  # background detected as background is not counted
+    outcomes = metrics["outcomes"]  # the matrix's detections and objects one by one
+    assert outcomes["missed"] == sum(row[-1] for row in matrix[:-1])
+    assert outcomes["true_positives"] + outcomes["false_positives"] == sum(sum(row[:-1]) for row in matrix)
+    assert len(outcomes["worst_false_positives"]) == min(outcomes["false_positives"], 8)
     text = runner.invoke(load_commands(), ["eval", "detection", str(tiny_run)])
     assert text.exit_code == 0 and len(text.stdout.splitlines()) == 1 + len(names)  # summary, then one per class
 

@@ -111,7 +111,8 @@ def report_predictions(run: Any, samples: Any, assets: Path) -> str:
 
 def report_diagnostics(detector: Any, split: dict[str, str], assets: Path) -> str:
     """The report's diagnostics on the validation split: AP and AP50 per class (a table), each class's
-    precision-recall curve, and the confusion matrix (app/visualize/detection_diagnostics.py)."""
+    precision-recall curve, the confusion matrix, its worst false positives and missed objects, and the
+    distributions of scores and box sizes (app/visualize/detection_diagnostics.py); the model runs once."""
     from attnkit.app.visualize.detection_diagnostics import save_confusion_matrix, save_pr_curves
     from attnkit.app.visualize.report import image_tag
     from attnkit.detection.evaluate import diagnose_detector
@@ -132,7 +133,44 @@ def report_diagnostics(detector: Any, split: dict[str, str], assets: Path) -> st
             + image_tag(save_pr_curves(found, assets / "pr_curves.png"), "precision-recall curve per class")
             + "\n<h3>Confusion matrix</h3>\n<p>Rows: true class, columns: detected class; the background column "
             "counts missed objects, the background row false detections.</p>\n"
-            + image_tag(save_confusion_matrix(found, assets / "confusion_matrix.png"), "confusion matrix"))
+            + image_tag(save_confusion_matrix(found, assets / "confusion_matrix.png"), "confusion matrix")
+            + "\n" + report_outcomes(found, dataset.images, assets))
+
+
+def report_outcomes(found: Any, images: Path, assets: Path) -> str:
+    """The confusion matrix's errors one by one: galleries of the worst false positives and of the missed objects,
+    and the score and box-size distributions (`Diagnostics.outcomes`, detection/outcomes.py)."""
+    from attnkit.app.visualize.detection_diagnostics import save_distributions
+    from attnkit.app.visualize.report import image_tag
+    from attnkit.detection.outcomes import SHOWN
+
+    outcomes, names = found.outcomes, found.names
+    at = f"score &ge; {outcomes.score_threshold:g}, IoU &ge; {outcomes.iou_threshold:g}"
+    false, missed = outcomes.false_positives, outcomes.missed
+    return (f"<h3>Worst false positives</h3>\n<p>{len(false)} detections ({at}) are matched to no object of their "
+            "class by the confusion matrix's matching"
+            + _gallery(false, f"the {min(len(false), SHOWN)} highest-scored: the box in its class colour, dashed the "
+                       "object of another class it was matched to; best IoU: with any object (high: a duplicate or a "
+                       "loose box; 0: nothing there).", names, images, assets / "false_positives.png")
+            + f"\n<h3>Missed objects</h3>\n<p>{len(missed)} of the {len(outcomes.object_sizes)} objects have no "
+            f"detection ({at}) matched to them"
+            + _gallery(missed, f"the {min(len(missed), SHOWN)} largest, with the best IoU any detection of that score "
+                       "has with them:", names, images, assets / "missed_objects.png")
+            + f"\n<h3>Scores and sizes</h3>\n<p>Scores of the {len(outcomes.true_positive_scores)} true and "
+            f"{len(false)} false positives ({at}); box sizes of the objects, the missed ones among them, and the "
+            "detections.</p>\n"
+            + image_tag(save_distributions(outcomes, assets / "scores_and_sizes.png"), "scores and box sizes"))
+
+
+def _gallery(found: Sequence[Any], text: str, names: Sequence[str], images: Path, path: Path) -> str:
+    """"; TEXT" and the gallery of FOUND's first few (at PATH), or a full stop when FOUND is empty."""
+    from attnkit.app.visualize.detection_diagnostics import save_gallery
+    from attnkit.app.visualize.report import image_tag
+    from attnkit.detection.outcomes import SHOWN
+
+    if not found:
+        return ".</p>"
+    return f"; {text}</p>\n" + image_tag(save_gallery(found[:SHOWN], names, images, path), path.stem.replace("_", " "))
 
 
 def demo(out: Path) -> None:
