@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from attnkit.detection.bad_images import drop_images, find_unreadable, skipped_summary
+from attnkit.detection.crowd import write_crowd
 from attnkit.detection.data import CocoDetection
 from attnkit.detection.layouts import SplitSource, find_layout, read_split
 from attnkit.detection.shapes import ShapesConfig, write_shapes
@@ -36,6 +37,8 @@ def split_paths(data: str | None, split: str, run: Path, shapes: ShapesConfig,
     if data == "shapes":
         root = write_shapes(Path(run) / "data" / "shapes", shapes)
         return find_layout(root).source(split)
+    if data == "crowd":  # many small objects in clutter (attnkit.detection.crowd)
+        return find_layout(write_crowd(Path(run) / "data" / "crowd")).source(split)
     return find_layout(Path(data)).source(split)
 
 
@@ -55,9 +58,9 @@ def open_split(paths: SplitSource | tuple[Path, Path], transforms, for_evaluatio
     dataset = CocoDetection(source.images, coco, transforms)
     if skip_bad:
         _drop_unreadable(dataset, unreadable)
-    empty = sum(1 for r in coco.records if len(r.labels) == 0)
+    counts = coco.records.object_counts()
     print(f"data: {annotation_file}: {len(coco.records)} images, {coco.num_classes} classes, "
-          f"{sum(len(r.labels) for r in coco.records)} boxes, {empty} images without objects, "
+          f"{counts.sum()} boxes, {(counts == 0).sum()} images without objects, "
           f"{coco.crowd} crowd objects (ignored in training), {coco.degenerate} degenerate boxes dropped"
           + (f"; {skipped_summary(coco)}" if skip_bad else ""), file=sys.stderr)
     return dataset
@@ -70,7 +73,7 @@ def _drop_unreadable(dataset: CocoDetection, unreadable: dict[int, str] | None) 
         unreadable = find_unreadable(dataset)
         print(f"data: decoded the {len(dataset)} images of {dataset.images} in {time.perf_counter() - start:.1f} s "
               "to find unreadable ones", file=sys.stderr)
-    ids = {record.image_id for record in dataset.coco.records}
+    ids = set(dataset.coco.records.image_ids.tolist())
     drop_images(dataset.coco, {image_id: why for image_id, why in unreadable.items() if image_id in ids})
     if not dataset.coco.records:
         raise DataError(f"{dataset.coco.path}: no usable image left: {skipped_summary(dataset.coco)}")
