@@ -86,7 +86,7 @@ def test_train_stops_at_a_bad_image_or_skips_and_lists_bad_images(tmp_path, coco
     out = tmp_path / "b"
     result = runner.invoke(load_commands(), [str(a) for a in [*common, "--out", out, "--skip-bad-images"]])
     assert result.exit_code == 0, result.output
-    assert "at step 1" in result.output and result.output.count("data: decoded the 4 images") == 1
+    assert "at step 1" in result.output and result.output.count("data: checked the 4 images") == 1
     summary = result.output[result.output.index("bad data: training split"):]
     assert "skipped 2 unreadable images (" in summary and "corrupt.jpg" in summary and "missing.png" in summary
     skipped = json.loads((out / "skipped.json").read_text())

@@ -20,29 +20,22 @@ import struct
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
-from torch import Tensor
 from torchvision import tv_tensors
 
+from attnkit.detection.record_table import ImageRecord, RecordTable
 from attnkit.errors import DataError
+
+__all__ = ["CocoAnnotations", "CocoDetection", "ImageRecord", "RecordTable", "UnreadableImage", "decode_image",
+           "load_annotations", "parse_annotations", "read_image", "resolve_coco", "size_differs"]
 
 Sample = tuple[tv_tensors.Image, dict[str, Any]]
 MAX_IMAGE_PIXELS = 8192 * 8192  # larger images are refused before decoding (decompression bombs)
-
-
-@dataclass(frozen=True)
-class ImageRecord:
-    """One image of the annotation file and its usable (non-crowd, non-degenerate) objects."""
-    image_id: int
-    file_name: str
-    width: int
-    height: int
-    boxes: Tensor  # (objects, 4) xyxy pixels, clamped to the image
-    labels: Tensor  # (objects,) contiguous labels 0..K-1
 
 
 @dataclass
@@ -52,7 +45,7 @@ class CocoAnnotations:
     raw: dict[str, Any] | None  # the file as loaded, for pycocotools (None when not kept: training splits)
     category_ids: list[int]  # label -> COCO category id
     names: list[str]  # label -> category name
-    records: list[ImageRecord]
+    records: RecordTable  # a sequence of ImageRecord, held as flat arrays
     degenerate: int = 0  # boxes dropped because they are empty after clamping to the image (or not finite)
     crowd: int = 0  # crowd objects left out of training targets
     label_of: dict[int, int] = field(default_factory=dict)  # COCO category id -> label
@@ -127,11 +120,7 @@ def parse_annotations(path: Path, raw: Any, keep_raw: bool = True, skip_bad: boo
             crowd += 1
         else:
             objects[image_id].append((bbox, label_of[category_id]))
-    records, degenerate = [], 0
-    for image_id, ((file_name, width, height), _) in images.items():
-        record, dropped = _make_record(image_id, file_name, width, height, objects[image_id])
-        records.append(record)
-        degenerate += dropped
+    records, degenerate = _make_table(images, objects)
     if skipped:  # what pycocotools evaluates against: the entries kept
         raw = {**raw, "images": [entry for _, entry in images.values()], "annotations": used}
     return CocoAnnotations(Path(path), raw if keep_raw else None, category_ids, names, records, degenerate, crowd,
@@ -209,22 +198,35 @@ def _is_int(value: Any) -> bool:
 
 def _inside_folder(file_name: str) -> bool:
     """Whether FILE_NAME is a relative path that stays inside the folder it is joined to."""
-    parts = PurePosixPath(file_name.replace("\\", "/")).parts
+    parts = [part for part in file_name.replace("\\", "/").split("/") if part not in ("", ".")]
     return bool(parts) and not file_name.startswith(("/", "\\")) and ".." not in parts and "\0" not in file_name
 
 
-def _make_record(image_id: int, file_name: str, width: int, height: int,
-                 objects: list[tuple[list[float], int]]) -> tuple[ImageRecord, int]:
-    boxes = torch.tensor([bbox for bbox, _ in objects], dtype=torch.float64).reshape(-1, 4)  # (objects, xywh)
-    labels = torch.tensor([label for _, label in objects], dtype=torch.int64)
-    finite = torch.isfinite(boxes).all(dim=1)  # NaN or infinite coordinates: dropped with the empty boxes
+def _make_table(images: dict[int, tuple[tuple, Any]],
+                objects: dict[int, list[tuple[list[float], int]]]) -> tuple[RecordTable, int]:
+    """The records of IMAGES (in order) and how many boxes were dropped: not finite, or empty once clamped."""
+    ids = list(images)
+    widths = np.array([images[i][0][1] for i in ids], dtype=np.float64)
+    heights = np.array([images[i][0][2] for i in ids], dtype=np.float64)
+    counts = np.array([len(objects[i]) for i in ids], dtype=np.int64)
+    boxes = np.array([bbox for i in ids for bbox, _ in objects[i]], dtype=np.float64).reshape(-1, 4)  # (objects, xywh)
+    labels = np.array([label for i in ids for _, label in objects[i]], dtype=np.int64)
+    finite = np.isfinite(boxes).all(axis=1)  # NaN or infinite coordinates: dropped with the empty boxes
     boxes[:, 2:] += boxes[:, :2]  # xywh -> xyxy
-    boxes[:, 0::2] = boxes[:, 0::2].clamp(0, width)
-    boxes[:, 1::2] = boxes[:, 1::2].clamp(0, height)
-    boxes = boxes.float()
+    width, height = np.repeat(widths, counts)[:, None], np.repeat(heights, counts)[:, None]
+    boxes[:, 0::2] = np.clip(boxes[:, 0::2], 0, width)
+    boxes[:, 1::2] = np.clip(boxes[:, 1::2], 0, height)
+    boxes = boxes.astype(np.float32)
     keep = finite & (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])
-    record = ImageRecord(image_id, file_name, width, height, boxes[keep], labels[keep])
-    return record, int((~keep).sum())
+    image_of = np.repeat(np.arange(len(ids)), counts)  # (objects,) the image each box belongs to
+    kept_counts = np.bincount(image_of[keep], minlength=len(ids))
+    table = RecordTable.build(ids, [images[i][0][0] for i in ids], widths.astype(np.int32), heights.astype(np.int32),
+                              kept_counts, boxes[keep], labels[keep])
+    return table, int((~keep).sum())
+
+
+class UnreadableImage(Exception):
+    """Why an image file cannot be used, without the file's name ("image file not found", "cannot read image")."""
 
 
 def read_image(path: Path, image_id: int | None = None, max_pixels: int = MAX_IMAGE_PIXELS) -> Image.Image:
@@ -233,27 +235,43 @@ def read_image(path: Path, image_id: int | None = None, max_pixels: int = MAX_IM
     The size in the file's header is checked before any pixel is decoded: an image of more than
     `max_pixels` pixels (a decompression bomb: a small file that decodes to gigabytes) is refused.
     """
-    where = f"{path}" + (f" (image id {image_id})" if image_id is not None else "")
+    try:
+        return decode_image(path, max_pixels)
+    except UnreadableImage as error:
+        where = f"{path}" + (f" (image id {image_id})" if image_id is not None else "")
+        raise DataError(f"{where}: {error}") from None
+
+
+def decode_image(path: Path, max_pixels: int = MAX_IMAGE_PIXELS) -> Image.Image:
+    """`read_image`, its failures raised as UnreadableImage(why)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # refused below, with our limit
             with Image.open(path) as image:
                 width, height = image.size
                 if width * height > max_pixels:
-                    raise DataError(f"{where}: refused: {width}x{height} pixels is over the limit of {max_pixels} "
-                                    "pixels (a decompression bomb?)")
+                    raise UnreadableImage(f"refused: {width}x{height} pixels is over the limit of {max_pixels} "
+                                          "pixels (a decompression bomb?)")
                 return image.convert("RGB")
     except FileNotFoundError:
-        raise DataError(f"{where}: image file not found") from None
+        raise UnreadableImage("image file not found") from None
     except IsADirectoryError:
-        raise DataError(f"{where}: cannot read image: a folder, not an image file") from None
+        raise UnreadableImage("cannot read image: a folder, not an image file") from None
     except UnidentifiedImageError:
-        raise DataError(f"{where}: cannot read image: not an image file (or a format Pillow cannot read)") from None
+        raise UnreadableImage("cannot read image: not an image file (or a format Pillow cannot read)") from None
     except OSError as error:  # Pillow's word for a truncated or damaged file, among others
-        raise DataError(f"{where}: cannot read image ({error})") from None
+        raise UnreadableImage(f"cannot read image ({error})") from None
     except (Image.DecompressionBombError, ValueError, SyntaxError, EOFError, struct.error, IndexError,
             TypeError, ZeroDivisionError, MemoryError) as error:  # what Pillow's decoders raise on garbage
-        raise DataError(f"{where}: cannot read image ({type(error).__name__}: {error})") from None
+        raise UnreadableImage(f"cannot read image ({type(error).__name__}: {error})") from None
+
+
+def size_differs(images: Path, record: ImageRecord, annotations: Path, size: tuple[int, int]) -> str | None:
+    """The message for an image of RECORD whose decoded SIZE (width, height) is not the annotated one; else None."""
+    if size == (record.width, record.height):
+        return None
+    return (f"{images / record.file_name} (image id {record.image_id}): size {size} "
+            f"differs from width/height {record.width}x{record.height} in {annotations}")
 
 
 class CocoDetection(torch.utils.data.Dataset):
@@ -277,9 +295,9 @@ class CocoDetection(torch.utils.data.Dataset):
         """The decoded RGB image of sample INDEX; DataError naming the file if it is unreadable or not as annotated."""
         record = self.coco.records[index]
         pil = read_image(self.images / record.file_name, record.image_id)
-        if pil.size != (record.width, record.height):
-            raise DataError(f"{self.images / record.file_name} (image id {record.image_id}): size {pil.size} "
-                            f"differs from width/height {record.width}x{record.height} in {self.coco.path}")
+        differs = size_differs(self.images, record, self.coco.path, pil.size)
+        if differs:
+            raise DataError(differs)
         return pil
 
     def __getitem__(self, index: int) -> Sample:

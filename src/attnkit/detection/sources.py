@@ -70,9 +70,10 @@ def _drop_unreadable(dataset: CocoDetection, unreadable: dict[int, str] | None) 
     """Decode every image of DATASET (unless `unreadable` says already which fail) and take out those that fail."""
     if unreadable is None:
         start = time.perf_counter()
-        unreadable = find_unreadable(dataset)
-        print(f"data: decoded the {len(dataset)} images of {dataset.images} in {time.perf_counter() - start:.1f} s "
-              "to find unreadable ones", file=sys.stderr)
+        unreadable, decoded = find_unreadable(dataset)
+        print(f"data: checked the {len(dataset)} images of {dataset.images} for unreadable ones in "
+              f"{time.perf_counter() - start:.1f} s (decoded {decoded}: the others were decoded before, and have "
+              "not changed since)", file=sys.stderr)
     ids = set(dataset.coco.records.image_ids.tolist())
     drop_images(dataset.coco, {image_id: why for image_id, why in unreadable.items() if image_id in ids})
     if not dataset.coco.records:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from attnkit.detection.annotation_cache import cached_annotations
 from attnkit.detection.data import CocoAnnotations, parse_annotations
 from attnkit.detection.layouts import coco, voc, yolo
 from attnkit.detection.layouts.problems import Problems
@@ -77,7 +78,15 @@ def read_split(source: SplitSource, keep_raw: bool = True, skip_bad: bool = Fals
 
     The first error stops the reading (a DataError naming the file and line), unless skip_bad (the
     bad lines and files are left out and listed in `skipped_entries`) or PROBLEMS collects them.
+    A COCO file read for training (not keep_raw, no PROBLEMS) is parsed once and then read from
+    its cached index (`attnkit.detection.annotation_cache`) while it does not change.
     """
+    if source.layout == "coco" and not keep_raw and problems is None:
+        return cached_annotations(source.annotations, skip_bad, lambda: _read_split(source, False, skip_bad, None))
+    return _read_split(source, keep_raw, skip_bad, problems)
+
+
+def _read_split(source: SplitSource, keep_raw: bool, skip_bad: bool, problems: Problems | None) -> CocoAnnotations:
     problems = problems if problems is not None else Problems(raise_errors=not skip_bad)
     document = FORMATS[source.layout].read(source, problems)
     coco = parse_annotations(source.annotations, document, keep_raw, skip_bad=not problems.raise_errors)
