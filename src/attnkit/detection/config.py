@@ -1,7 +1,8 @@
 """Detection configs: the model (`DetrConfig`, `FastDetrConfig`) and its training (`DetectionTrainConfig`); presets.
 
 `detr-r50` is the paper's configuration (Carion et al. 2020, section 4 and appendix A.4);
-`small` trains `fast` on the built-in `shapes` data on 2 CPU cores in minutes; `tiny` is for tests.
+`small` trains `fast` on the built-in `shapes` data on 2 CPU cores in minutes; `medium` is `fast` wider, for
+320 px images and longer budgets; `tiny` is for tests.
 Saved together as the run folder's config.json, the model's fields flat under "model" with its
 "arch", and rebuilt from it.
 """
@@ -304,9 +305,14 @@ _SMALL_MODEL = FastDetrConfig(backbone="resnet18", hidden_dim=128, num_heads=8, 
 # one scale, no crop, the drop at 80%: for budgets of minutes (BENCHMARKS.md, "Detector convergence")
 _SMALL_TRAIN = DetectionTrainConfig(lr=3e-4, lr_backbone=3e-4, clip_max_norm=0.1, batch_size=4, lr_drop=0.8,
                                     train_scales=(96,), max_size=160, val_size=96, crop_min_fraction=1.0)
+# larger images and longer budgets: 320 px, where C5 is 10 x 10 cells and worth its weights (the whole ResNet-18),
+# twice small's width, a third decoder layer and 30 queries (crowded images); BENCHMARKS.md, "Against RT-DETR"
+_MEDIUM_MODEL = replace(_SMALL_MODEL, hidden_dim=256, dim_feedforward=1024, dec_layers=3, num_queries=30, last_stage=5)
+_MEDIUM_TRAIN = replace(_SMALL_TRAIN, lr=2e-4, lr_backbone=2e-4, train_scales=(320,), max_size=533, val_size=320)
 PRESETS: dict[str, tuple[DetrConfig, DetectionTrainConfig]] = {
     "detr-r50": (DetrConfig(), DetectionTrainConfig()),
     "small": (_SMALL_MODEL, _SMALL_TRAIN),
+    "medium": (_MEDIUM_MODEL, _MEDIUM_TRAIN),
     "tiny": (DetrConfig(backbone="resnet18", hidden_dim=32, num_heads=2, enc_layers=1, dec_layers=1, dim_feedforward=64,
                         dropout=0.0, num_queries=10),
              replace(_SMALL_TRAIN, lr=5e-4, lr_backbone=5e-4, batch_size=4, train_scales=(64,), max_size=96,
