@@ -1,0 +1,510 @@
+"""attnkit's default detector (`fast`, a preset) against transformers' RT-DETR (and D-FINE), from scratch.
+
+    .venv/bin/python benchmarks/detector_vs_rtdetr.py train --dataset shapes --size 96 --minutes 10 --rtdetr r18vd
+    .venv/bin/python benchmarks/detector_vs_rtdetr.py train --dataset crowd --size 320 --preset medium --rtdetr shrunk
+    .venv/bin/python benchmarks/detector_vs_rtdetr.py latency --sizes 96 320 640 --batches 1 8
+    .venv/bin/python benchmarks/detector_vs_rtdetr.py train --quick     # a check of the script: seconds
+
+train: both arms in ONE process, ALTERNATING in chunks of --chunk seconds of training each, so
+that a busy machine slows both alike; each arm's budget counts only its own training time (data
+loading, forward, backward, update); validation is not counted. Same images (attnkit's dataset
+builders: `shapes`, `marks` of benchmarks/detector_convergence.py, `crowd`), same augmentation
+(the preset's: one scale --size, flip), same batch, same autocast (the preset's `auto`: bf16 on
+CPUs with native bf16), same seed, same COCO AP code (attnkit.detection.evaluate: pycocotools,
+the 100 best (query, class) pairs per image for both, as both are sigmoid detectors).
+
+RT-DETR as users build it (transformers' RTDetrForObjectDetection with RTDetrConfig): `r18vd` is
+PekingU/rtdetr_r18vd's configuration (ResNet-18-vd: basic blocks, depths 2-2-2-2, hybrid encoder
+hidden 256 with expansion 0.5, 3 decoder layers, 300 queries, 100 denoising queries) with
+num_labels the dataset's classes; `shrunk` narrows it (backbone widths halved, hidden 128, FFN 512)
+to about attnkit `small`'s parameter count; `dfine` is transformers' DFineForObjectDetection in
+D-FINE-S's configuration (HGNetV2-B0). Its own loss (varifocal classification, L1 + GIoU,
+denoising, auxiliary layers) via `labels` passed to forward.
+
+RT-DETR's recipe, from rtdetr_r18vd_6x_coco.yml / rtdetrv2's: AdamW, lr 1e-4, weight decay 1e-4
+(0 on the encoder's and decoder's norms), betas 0.9/0.999, gradient clipping 0.1, a linear
+warm-up of 2000 steps (RT-DETRv2), a weight EMA of decay 0.9999 with 2000 warm-up updates
+(decay * (1 - exp(-updates / 2000))), no lr drop within the budget. Changed for a from-scratch
+run of minutes: the warm-up ends after 2000 steps or 5% of the budget, whichever comes first
+(2000 steps are most of a 10-minute budget on 2 cores); the backbone's lr is the others' (1e-4):
+the config's 1e-5 is for an ImageNet-pretrained backbone (`--backbone-lr 1e-5` restores it);
+batch norms are trained (freezing is for pretrained ones); images are normalised as attnkit's
+(ImageNet mean/std; RT-DETR reads [0, 1]: immaterial from scratch with batch norm). Both the
+raw weights and the EMA are evaluated; RT-DETR's AP at each point is the better of the two.
+
+latency: forward only, random weights, eval mode, fp32, --threads threads, batches of 1 and 8 of
+SIZE x SIZE images, in PyTorch and under ONNX Runtime (attnkit: its exporter, the graph
+`attnkit export onnx` writes; RT-DETR: torch.onnx.export of the transformers model, opset 18, its
+sigmoid scores and boxes as outputs); the arms alternate call by call; medians.
+Writes OUT/results.json (appended) and prints Markdown tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import importlib.util
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+os.environ.setdefault("GOMP_SPINCOUNT", "0")  # idle OpenMP threads sleep: process CPU time counts work, not spinning
+import torch  # noqa: E402
+from torch import nn
+
+from attnkit.detection.output import DetectionOutput
+
+RTDETR_KINDS = ("r18vd", "shrunk", "dfine")
+
+
+# ------------------------------------------------------------------ data
+def write_dataset(name: str, root: Path, quick: bool) -> Path:
+    """The dataset NAME in COCO layout under ROOT/NAME (written once)."""
+    train, val = (48, 16) if quick else (1000, 200)
+    if name == "shapes":
+        from attnkit.detection.shapes import ShapesConfig, write_shapes
+        return write_shapes(root / "shapes", ShapesConfig(train_images=train, val_images=val))
+    if name == "crowd":
+        from attnkit.detection.crowd import write_crowd
+        return write_crowd(root / "crowd", train, val)
+    if name == "marks":
+        path = Path(__file__).with_name("detector_convergence.py")
+        spec = importlib.util.spec_from_file_location("convergence", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.write_marks(root / "marks", train, val)
+    raise SystemExit(f"unknown dataset {name!r}: shapes, marks or crowd")
+
+
+def open_splits(root: Path, train_config):
+    from attnkit.detection.layouts import find_layout
+    from attnkit.detection.sources import open_split
+    from attnkit.detection.transforms import eval_transforms, train_transforms
+
+    t, layout = train_config, find_layout(root)
+    train_set = open_split(layout.source("train"), train_transforms(t.train_scales, t.max_size, t.flip,
+                                                                    t.crop_min_fraction), for_evaluation=False)
+    return train_set, open_split(layout.source("val"), eval_transforms(t.val_size, t.max_size))
+
+
+def preset_at(name: str, size: int):
+    """The preset's model and training configs at SIZE px (one scale; the longest side up to 5/3 of it)."""
+    from attnkit.detection.config import preset
+
+    model, train = preset(name)
+    return model, replace(train, train_scales=(size,), val_size=size, max_size=size * 5 // 3)
+
+
+# ------------------------------------------------------------------ RT-DETR
+def rtdetr_queries(size: int) -> int:
+    """RT-DETR's 300 queries are the encoder's best tokens; a 96 px image has only 189 (strides 8, 16, 32): 100."""
+    return 300 if size >= 160 else 100
+
+
+def rtdetr_config(kind: str, num_labels: int, queries: int = 300):
+    """transformers' config of RT-DETR-R18-vd (PekingU/rtdetr_r18vd), a narrowed one, or D-FINE-S."""
+    from transformers import DFineConfig, HGNetV2Config, RTDetrConfig, RTDetrResNetConfig
+
+    labels = {"num_labels": num_labels, "id2label": {i: str(i) for i in range(num_labels)},
+              "label2id": {str(i): i for i in range(num_labels)}}
+    if kind == "dfine":  # D-FINE-S: HGNetV2-B0, hidden 256, 3 decoder layers, depth_mult 0.34
+        backbone = HGNetV2Config(stem_channels=[3, 16, 16], stage_in_channels=[16, 64, 256, 512],
+                                 stage_mid_channels=[16, 32, 64, 128], stage_out_channels=[64, 256, 512, 1024],
+                                 stage_num_blocks=[1, 1, 2, 1], stage_numb_of_layers=[3, 3, 3, 3],
+                                 out_features=["stage2", "stage3", "stage4"], use_learnable_affine_block=True)
+        return DFineConfig(backbone_config=backbone, encoder_in_channels=[256, 512, 1024], hidden_expansion=0.5,
+                           depth_mult=0.34, decoder_layers=3, num_queries=queries,
+                           freeze_backbone_batch_norms=False, **labels)
+    widths, hidden, ffn = ([64, 128, 256, 512], 256, 1024) if kind == "r18vd" else ([32, 64, 128, 256], 128, 512)
+    backbone = RTDetrResNetConfig(layer_type="basic", depths=[2, 2, 2, 2], hidden_sizes=widths,
+                                  embedding_size=widths[0], downsample_in_bottleneck=False,
+                                  out_features=["stage2", "stage3", "stage4"])
+    return RTDetrConfig(backbone_config=backbone, encoder_in_channels=widths[1:], encoder_hidden_dim=hidden,
+                        encoder_ffn_dim=ffn, hidden_expansion=0.5, d_model=hidden, decoder_in_channels=[hidden] * 3,
+                        decoder_ffn_dim=ffn, decoder_layers=3, num_queries=queries, num_denoising=100,
+                        freeze_backbone_batch_norms=False, **labels)
+
+
+def build_rtdetr(kind: str, num_labels: int, queries: int = 300) -> nn.Module:
+    from transformers import DFineForObjectDetection, RTDetrForObjectDetection
+
+    config = rtdetr_config(kind, num_labels, queries)
+    return (DFineForObjectDetection if kind == "dfine" else RTDetrForObjectDetection)(config)
+
+
+class AsDetectionOutput(nn.Module):
+    """RT-DETR called as attnkit's detectors are, (images, mask) -> DetectionOutput, for attnkit's evaluation."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, images: torch.Tensor, mask: torch.Tensor) -> DetectionOutput:
+        out = self.model(pixel_values=images)
+        logits = out.logits  # (batch, queries, classes) sigmoid logits
+        background = torch.zeros_like(logits[..., :1])
+        return DetectionOutput(torch.cat([logits, background], -1), out.pred_boxes, logits)
+
+
+class Ema:
+    """RT-DETR's ModelEMA: decay * (1 - exp(-updates / warmups)), parameters and buffers."""
+
+    def __init__(self, model: nn.Module, decay: float = 0.9999, warmups: int = 2000) -> None:
+        self.module, self.decay, self.warmups, self.updates = copy.deepcopy(model).eval(), decay, warmups, 0
+        for p in self.module.parameters():
+            p.requires_grad_(False)
+
+    @torch.no_grad()
+    def update(self, model: nn.Module) -> None:
+        self.updates += 1
+        d = self.decay * (1 - math.exp(-self.updates / self.warmups))
+        own = model.state_dict()
+        for name, value in self.module.state_dict().items():
+            if value.dtype.is_floating_point:
+                value.mul_(d).add_(own[name].detach(), alpha=1 - d)
+            else:
+                value.copy_(own[name])
+
+
+# ------------------------------------------------------------------ the two arms
+class Arm:
+    """One detector's training: its own batches, optimizer and clock."""
+
+    def __init__(self, name: str, model: nn.Module, train_set, val_set, batch_size: int, seed: int,
+                 budget_s: float, amp: bool) -> None:
+        self.name, self.model, self.train_set, self.val_set = name, model, train_set, val_set
+        self.batch_size, self.seed, self.budget_s, self.amp = batch_size, seed, budget_s, amp
+        self.spent, self.steps, self.epoch, self.queue = 0.0, 0, 0, []
+        self.points: list[dict] = []
+        self.clock, self.per_second = time.perf_counter, 1.0  # wall clock; `use_cpu_clock` for CPU time
+
+    def use_cpu_clock(self, threads: int) -> None:
+        """Count this process's CPU seconds / THREADS: the time the arm had, whatever else the machine runs."""
+        self.clock, self.per_second = time.process_time, 1.0 / threads
+
+    def next_batch(self):
+        from attnkit.app.detection.recipe import epoch_refs, load_batch
+
+        if not self.queue:
+            self.queue = epoch_refs(len(self.train_set), self.batch_size, self.seed, self.epoch)
+            self.epoch += 1
+        return load_batch(self.train_set, self.queue.pop(0))
+
+    def train_for(self, seconds: float) -> None:
+        """Training steps until SECONDS more of this arm's time (or its budget) are spent."""
+        stop = min(self.spent + seconds, self.budget_s)
+        self.model.train()
+        while self.spent < stop:
+            start = self.clock()
+            images, mask, targets = self.next_batch()
+            self.set_lr()
+            with torch.autocast("cpu", torch.bfloat16, enabled=self.amp):
+                loss = self.loss(images, mask, targets)
+            loss.backward()
+            params = [p for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
+            torch.nn.utils.clip_grad_norm_(params, 0.1)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.after_step()
+            self.steps += 1
+            self.spent += (self.clock() - start) * self.per_second
+
+    def after_step(self) -> None:
+        pass
+
+
+class AttnkitArm(Arm):
+    """attnkit's preset exactly as `attnkit train detection` runs it (DetectionTask; lr x 0.1 after lr_drop)."""
+
+    def __init__(self, config, train_set, val_set, budget_s: float, amp: bool) -> None:
+        from attnkit.app.detection.recipe import DetectionTask
+
+        self.task = DetectionTask(config, train_set, val_set)
+        super().__init__("attnkit", self.task.model, train_set, val_set, config.train.batch_size, config.train.seed,
+                         budget_s, amp)
+        self.optimizer, self.lr_drop = self.task.optimizer, config.train.lr_drop
+        self.base = [g["lr"] for g in self.optimizer.param_groups]
+
+    def set_lr(self) -> None:
+        factor = self.task.lr_factor(self.steps, self.spent / self.budget_s)
+        for group, lr in zip(self.optimizer.param_groups, self.base):
+            group["lr"] = lr * factor
+
+    def loss(self, images, mask, targets):
+        return self.task.train_step(self.model, (images, mask, targets))["loss"]
+
+    def evaluate(self) -> dict:
+        return {"AP": self.task.evaluate()["AP"]}
+
+
+class RtdetrArm(Arm):
+    """RT-DETR with its recipe (module docstring): AdamW, warm-up, EMA, its own loss."""
+
+    def __init__(self, kind: str, num_labels: int, queries: int, train_set, val_set, batch_size: int, seed: int,
+                 budget_s: float, amp: bool, lr: float = 1e-4, backbone_lr: float = 1e-4) -> None:
+        torch.manual_seed(seed)
+        super().__init__(kind, build_rtdetr(kind, num_labels, queries), train_set, val_set, batch_size, seed,
+                         budget_s, amp)
+        named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+        backbone = [p for n, p in named if ".backbone." in n]
+        no_decay = [p for n, p in named if ".backbone." not in n and ("norm" in n or ".bn" in n)]
+        rest = [p for n, p in named if ".backbone." not in n and not ("norm" in n or ".bn" in n)]
+        self.optimizer = torch.optim.AdamW([{"params": backbone, "lr": backbone_lr},
+                                            {"params": no_decay, "lr": lr, "weight_decay": 0.0},
+                                            {"params": rest, "lr": lr}], lr=lr, betas=(0.9, 0.999),
+                                           weight_decay=1e-4)
+        self.base = [g["lr"] for g in self.optimizer.param_groups]
+        self.ema = Ema(self.model)
+
+    def set_lr(self) -> None:  # linear warm-up: 2000 steps or 5% of the budget, whichever ends first
+        factor = min(1.0, max((self.steps + 1) / 2000, self.spent / (0.05 * self.budget_s)))
+        for group, lr in zip(self.optimizer.param_groups, self.base):
+            group["lr"] = lr * factor
+
+    def loss(self, images, mask, targets):
+        labels = [{"class_labels": t["labels"], "boxes": t["boxes"]} for t in targets]
+        return self.model(pixel_values=images, labels=labels).loss
+
+    def after_step(self) -> None:
+        self.ema.update(self.model)
+
+    def evaluate(self) -> dict:
+        from attnkit.detection.evaluate import evaluate_detector
+
+        raw = evaluate_detector(AsDetectionOutput(self.model), self.val_set)["AP"]
+        ema = evaluate_detector(AsDetectionOutput(self.ema.module), self.val_set)["AP"]
+        return {"AP": max(raw, ema), "AP_raw": raw, "AP_ema": ema}
+
+
+def parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def contest(args) -> dict:
+    """Both arms, alternating in chunks; AP of each every --eval-every minutes of its own training time."""
+    from attnkit.detection.config import DetectionConfig
+    from attnkit.training.precision import resolve_amp
+
+    torch.set_num_threads(args.threads)
+    model_config, train_config = preset_at(args.preset, args.size)
+    root = write_dataset(args.dataset, args.out / "data", args.quick)
+    train_set, val_set = open_splits(root, train_config)
+    classes = train_set.coco.num_classes
+    changes = {"num_classes": classes, **({"num_queries": args.queries} if args.queries else {})}
+    config = DetectionConfig(replace(model_config, **changes), train_config, preset=args.preset)
+    amp = resolve_amp(train_config.amp, torch.device("cpu")) == "bf16"
+    budget_s = 60 * args.minutes
+    arms: list[Arm] = [AttnkitArm(config, train_set, val_set, budget_s, amp),
+                       RtdetrArm(args.rtdetr, classes, rtdetr_queries(args.size), train_set, val_set,
+                                 train_config.batch_size, train_config.seed, budget_s, amp,
+                                 backbone_lr=args.backbone_lr)]
+    for arm in arms:
+        if args.clock == "cpu":
+            arm.use_cpu_clock(args.threads)
+        print(f"{arm.name}: {parameters(arm.model) / 1e6:.2f}M parameters", file=sys.stderr)
+    every_s = 60 * args.eval_every
+    while any(arm.spent < budget_s for arm in arms):
+        for arm in arms:
+            if arm.spent >= budget_s:
+                continue
+            next_eval = (math.floor(arm.spent / every_s + 1e-9) + 1) * every_s
+            arm.train_for(min(args.chunk, next_eval - arm.spent))
+            if arm.spent >= next_eval - 1e-6 or arm.spent >= budget_s:
+                point = {"minutes": round(arm.spent / 60, 2), "steps": arm.steps, **arm.evaluate()}
+                arm.points.append(point)
+                print(f"{arm.name}: {json.dumps(point)}", file=sys.stderr)
+    result = {"kind": "train", "dataset": args.dataset, "size": args.size, "preset": args.preset,
+              "rtdetr": args.rtdetr, "minutes": args.minutes, "chunk_s": args.chunk, "threads": args.threads,
+              "amp": "bf16" if amp else "off", "clock": args.clock, "rtdetr_queries": rtdetr_queries(args.size),
+              "backbone_lr": args.backbone_lr, "queries": config.model.num_queries,
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+              "arms": {arm.name: {"parameters": parameters(arm.model), "points": arm.points} for arm in arms}}
+    print("\n".join(contest_table(result)))
+    return result
+
+
+def contest_table(result: dict) -> list[str]:
+    (a, ours), (b, theirs) = result["arms"].items()
+    lines = [f"{result['dataset']}, {result['size']} px, `{result['preset']}` ({ours['parameters'] / 1e6:.1f}M) "
+             f"vs {b} ({theirs['parameters'] / 1e6:.1f}M), {result['minutes']} min each, {result['amp']}",
+             "", f"| minutes | {a} AP | {b} AP (raw / EMA) | ratio | {a} steps | {b} steps |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for p, q in zip(ours["points"], theirs["points"]):
+        ratio = f"{p['AP'] / q['AP']:.1f}x" if q["AP"] > 0 else "-"
+        lines.append(f"| {p['minutes']:.1f} | {p['AP']:.3f} | {q['AP']:.3f} ({q['AP_raw']:.3f} / {q['AP_ema']:.3f}) "
+                     f"| {ratio} | {p['steps']} | {q['steps']} |")
+    return lines
+
+
+# ------------------------------------------------------------------ latency
+class RtdetrGraph(nn.Module):
+    """RT-DETR's forward for export: sigmoid scores (batch, queries, classes) and boxes (batch, queries, 4)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.model(pixel_values=images)
+        return out.logits.sigmoid(), out.pred_boxes
+
+
+def export_onnx(name: str, model: nn.Module, path: Path, size: int) -> None:
+    """attnkit's graph as `attnkit export onnx` writes it; RT-DETR's forward (RtdetrGraph); dynamic batch and size."""
+    from attnkit.app.export.detector_graph import DetectorGraph
+    from attnkit.app.export.onnx_export import export_graph
+
+    images = torch.randn(2, 3, size, size)  # (batch, channels, height, width)
+    axes = {"images": {0: "batch", 2: "height", 3: "width"}, "mask": {0: "batch", 1: "height", 2: "width"},
+            "image_sizes": {0: "batch"}}
+    if name.startswith("attnkit"):
+        export_graph(DetectorGraph(model), (images, torch.zeros(2, size, size, dtype=torch.bool),
+                                            torch.tensor([[size, size]] * 2)), path,
+                     ["images", "mask", "image_sizes"], ["scores", "labels", "boxes"], axes)
+    else:  # the TorchScript exporter (transformers' RT-DETR traces; torch.export needs minutes more here)
+        import contextlib
+        import warnings
+
+        with torch.no_grad(), warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
+            warnings.simplefilter("ignore")
+            torch.onnx.export(RtdetrGraph(model).eval(), (images,), str(path), input_names=["images"],
+                              output_names=["scores", "boxes"], dynamic_axes={"images": axes["images"]},
+                              opset_version=17, dynamo=False)
+
+
+def latency(args) -> dict:
+    """Milliseconds per call, forward only, alternating the models call by call, in PyTorch and ONNX Runtime.
+
+    RT-DETR runs with `rtdetr_queries(size)` queries (100 at 96 px); its ONNX graph is exported once per query
+    count (the top-k is in the graph), attnkit's once; both with dynamic batch, height and width."""
+    import onnxruntime
+
+    from attnkit.detection.architectures import build_model
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    ours = {name: build_model(replace(preset_at(name, 96)[0], num_classes=5)).eval() for name in args.presets}
+    theirs = {kind: build_rtdetr(kind, 5).eval() for kind in args.rtdetr_kinds}
+    models = {**{f"attnkit {n}": m for n, m in ours.items()}, **theirs}
+    rows: dict[str, dict] = {name: {"parameters": parameters(m)} for name, m in models.items()}
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = args.threads, 1
+    sessions: dict[tuple[str, int], object] = {}
+    folder = Path(tempfile.mkdtemp())
+
+    def session(name: str, size: int):
+        own = name.startswith("attnkit")
+        queries = 0 if own else rtdetr_queries(size)
+        if (name, queries) not in sessions:
+            path = folder / f"{name.replace(' ', '_')}_{queries}.onnx"
+            started = time.perf_counter()
+            try:
+                export_onnx(name, models[name], path, 96 if own or queries < 300 else 320)
+                sessions[(name, queries)] = onnxruntime.InferenceSession(str(path), options,
+                                                                         providers=["CPUExecutionProvider"])
+                print(f"exported {name} ({queries or ''} queries) in {time.perf_counter() - started:.0f} s",
+                      file=sys.stderr)
+            except Exception as error:  # noqa: BLE001 - reported in the table; PyTorch is still timed
+                rows[name]["onnx_error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:300]}"
+                sessions[(name, queries)] = None
+                print(f"{name}: ONNX export failed: {rows[name]['onnx_error']}", file=sys.stderr)
+        return sessions[(name, queries)]
+
+    for size in args.sizes:
+        for model in theirs.values():
+            model.config.num_queries = rtdetr_queries(size)  # read at every forward
+        for batch in args.batches:
+            images = torch.randn(batch, 3, size, size)
+            mask = torch.zeros(batch, size, size, dtype=torch.bool)
+            sizes = torch.tensor([[size, size]] * batch)
+            calls = {}
+            for name, model in models.items():
+                own = name.startswith("attnkit")
+                calls[("torch", name)] = (lambda m=model, o=own, x=images, k=mask: m(x, k) if o else m(pixel_values=x))
+                if "onnx" in args.runtimes and (graph := session(name, size)) is not None:
+                    feed = ({"images": images.numpy(), "mask": mask.numpy(), "image_sizes": sizes.numpy()} if own
+                            else {"images": images.numpy()})
+                    calls[("onnx", name)] = (lambda g=graph, f=feed: g.run(None, f))
+            times: dict[tuple, list[float]] = {key: [] for key in calls}
+            repeats = args.repeats if size * size * batch < 320 * 320 * 8 else max(3, args.repeats // 3)
+            with torch.inference_mode():
+                for key, call in list(calls.items()):  # warm-up; a graph that fails at this size is dropped
+                    try:
+                        call()
+                    except Exception as error:  # noqa: BLE001
+                        rows[key[1]][f"{key[0]} {size}px b{batch} error"] = str(error).splitlines()[0][:300]
+                        del calls[key], times[key]
+                for _ in range(repeats):
+                    for key, call in calls.items():
+                        start = time.perf_counter()
+                        call()
+                        times[key].append(time.perf_counter() - start)
+            for (runtime, name), values in times.items():
+                rows[name][f"{runtime} {size}px b{batch}"] = round(1000 * statistics.median(values), 2)
+            print(f"timed {size} px batch {batch}", file=sys.stderr)
+    result = {"kind": "latency", "threads": args.threads, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+              "rows": rows}
+    print("\n".join(latency_table(result, args)))
+    return result
+
+
+def latency_table(result: dict, args) -> list[str]:
+    rows = result["rows"]
+    names = list(rows)
+    heads = [f"{n} ({rows[n]['parameters'] / 1e6:.1f}M) ms" for n in names]
+    lines = [f"| runtime, size, batch | {' | '.join(heads)} | "
+             + " | ".join(f"{names[0]} speed / {n}'s" for n in names[1:]) + " |",
+             "| --- |" + " ---: |" * (2 * len(names) - 1)]
+    for runtime in args.runtimes:
+        for size in args.sizes:
+            for batch in args.batches:
+                key = f"{runtime} {size}px b{batch}"
+                values = [rows[n].get(key) for n in names]
+                cells = [f"{v:.1f}" if v is not None else "-" for v in values]
+                ratios = [f"{v / values[0]:.2f}x" if v is not None and values[0] else "-" for v in values[1:]]
+                lines.append(f"| {runtime}, {size} px, batch {batch} | {' | '.join(cells)} | {' | '.join(ratios)} |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("mode", choices=("train", "latency"))
+    parser.add_argument("--dataset", default="shapes", choices=("shapes", "marks", "crowd"))
+    parser.add_argument("--size", type=int, default=96, help="image size (shortest side) in training and validation")
+    parser.add_argument("--preset", default="small", help="attnkit's preset (its model and recipe)")
+    parser.add_argument("--queries", type=int, default=0, help="attnkit's queries (default: the preset's)")
+    parser.add_argument("--minutes", type=float, default=15.0, help="training minutes per arm")
+    parser.add_argument("--eval-every", type=float, default=2.5, help="an arm's minutes between evaluations")
+    parser.add_argument("--chunk", type=float, default=30.0, help="seconds of training per turn")
+    parser.add_argument("--clock", default="cpu", choices=("cpu", "wall"),
+                        help="what a budget minute is: cpu = 60 s of this process's CPU time per thread (robust to "
+                             "a shared machine), wall = 60 s of wall-clock time")
+    parser.add_argument("--rtdetr", default="r18vd", choices=RTDETR_KINDS)
+    parser.add_argument("--backbone-lr", type=float, default=1e-4, help="RT-DETR's backbone lr (its config: 1e-5, "
+                                                                          "for a pretrained backbone)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[96, 320, 640])
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--presets", nargs="+", default=["small"], help="latency: attnkit presets to time")
+    parser.add_argument("--rtdetr-kinds", nargs="+", default=["r18vd", "shrunk"], choices=RTDETR_KINDS)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--runtimes", nargs="+", default=["torch", "onnx"], choices=("torch", "onnx"))
+    parser.add_argument("--out", type=Path, default=Path("runs/detector_vs_rtdetr"))
+    parser.add_argument("--quick", action="store_true", help="small data, seconds: a check of the script")
+    args = parser.parse_args()
+    if args.quick:
+        args.minutes, args.eval_every, args.chunk, args.sizes, args.repeats = 0.3, 0.15, 5, [96], 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    result = contest(args) if args.mode == "train" else latency(args)
+    with (args.out / "results.json").open("a") as file:
+        file.write(json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    main()
