@@ -18,7 +18,7 @@ from attnkit.detection.architectures import build_model
 from attnkit.detection.config import DetectionConfig
 from attnkit.detection.pipeline import DetectionPipeline, Detections, ImageInput
 from attnkit.detection.postprocess import postprocess
-from attnkit.errors import CheckpointError
+from attnkit.errors import CheckpointError, ConfigError
 
 
 class Detector:
@@ -38,9 +38,15 @@ class Detector:
         """The dataset's category id of each label 0..K-1."""
         return self.pipeline.category_ids
     @classmethod
-    def from_run(cls, run: str | Path, weights: str = "best", device: torch.device | str | None = None) -> Detector:
-        """Load RUN's config and its `best`, `last` or `average` weights (or a .safetensors path)."""
+    def from_run(cls, run: str | Path, weights: str = "best", device: torch.device | str | None = None,
+                 quantize: str | None = None) -> Detector:
+        """Load RUN's config and its `best`, `last` or `average` weights (or a .safetensors path); quantize="int8":
+        the Linear layers int8 (`attnkit.nn.quantize`: the transformer's and the heads', not the backbone; CPU only)."""
+        from attnkit.nn.quantize import QUANTIZATIONS, quantize_int8
         from attnkit.storage import RunFolder, load_weights
+
+        if quantize not in (None, *QUANTIZATIONS):
+            raise ConfigError(f"quantize: {quantize!r} is not one of {', '.join(QUANTIZATIONS)}")
 
         folder = RunFolder.open(Path(run), "detection")
         config = DetectionConfig.from_dict(folder.config)
@@ -51,9 +57,13 @@ class Detector:
             path = folder.last_weights
         if not path.is_file():
             raise CheckpointError(f"{path}: no weights file (choose --weights best, last or average)")
-        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        device = torch.device(device or ("cuda" if torch.cuda.is_available() and quantize is None else "cpu"))
         model = build_model(config.model)
         load_weights(path, model)
+        if quantize is not None:
+            if device.type != "cpu":
+                raise ConfigError(f"quantize={quantize!r} runs on the CPU, not {device}")
+            model = quantize_int8(model)
         return cls(model, config, device)
 
     @torch.no_grad()

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from attnkit.baselines.bahdanau_rnn import check_architecture
-from attnkit.errors import CheckpointError
+from attnkit.errors import CheckpointError, ConfigError
 from attnkit.translation.batching import pad_ids, token_batches
 from attnkit.translation.config import TranslationConfig, TranslationModel, build_model
 from attnkit.translation.decoding import ATTNKIT_RULES, DecodingConfig, EncoderDecoder, beam_search, greedy_decode
@@ -25,7 +25,7 @@ WEIGHT_CHOICES = ("best", "last", "average", "ema")
 
 @torch.no_grad()
 def translate_texts(model: TranslationModel | EncoderDecoder, tokenizer: SubwordTokenizer, texts: Sequence[str],
-                    beam_size: int = 4, alpha: float = 0.6, max_tokens: int = 4000, max_length: int = 256,
+                    beam_size: int = 4, alpha: float = 1.0, max_tokens: int = 4000, max_length: int = 256,
                     rules: DecodingConfig = ATTNKIT_RULES) -> list[str]:
     """Translate `texts` in length-sorted batches of about `max_tokens` source tokens; input order kept.
 
@@ -59,9 +59,15 @@ class Translator:
         self.model, self.tokenizer, self.config = model.eval(), tokenizer, config
 
     @classmethod
-    def from_run(cls, run: Path | str, weights: str = "best", device: str | torch.device | None = None) -> Translator:
-        """Load RUN's config.json, tokenizer and weights ("best", "last" or "average")."""
+    def from_run(cls, run: Path | str, weights: str = "best", device: str | torch.device | None = None,
+                 quantize: str | None = None) -> Translator:
+        """Load RUN's config.json, tokenizer and weights ("best", "last" or "average"); quantize="int8": its
+        Linear layers int8 (`attnkit.nn.quantize`, CPU only)."""
+        from attnkit.nn.quantize import QUANTIZATIONS, quantize_int8
         from attnkit.storage import RunFolder, load_weights, read_weights
+
+        if quantize not in (None, *QUANTIZATIONS):
+            raise ConfigError(f"quantize: {quantize!r} is not one of {', '.join(QUANTIZATIONS)}")
 
         folder = RunFolder.open(Path(run), RUN_KIND)
         config = TranslationConfig.from_dict(folder.config)
@@ -71,8 +77,12 @@ class Translator:
         check_architecture(read_weights(path)[0], config.arch, str(path))  # names both if they differ
         load_weights(path, model)
         if device is None:
-            device = "cuda" if torch.cuda.is_available() else "cpu"
+            device = "cuda" if torch.cuda.is_available() and quantize is None else "cpu"
         device = torch.device(device)
+        if quantize is not None:
+            if device.type != "cpu":
+                raise ConfigError(f"quantize={quantize!r} runs on the CPU, not {device}")
+            model = quantize_int8(model)
         return cls(model.to(device), tokenizer, config)
 
     def translate(self, texts: Sequence[str], beam_size: int | None = None, alpha: float | None = None) -> list[str]:

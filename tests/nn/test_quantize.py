@@ -1,0 +1,41 @@
+"""int8 dynamic quantization: which layers become int8, and outputs near float32 on a small random model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
+
+from attnkit.nn import TransformerDecoderLayer, TransformerEncoderLayer
+from attnkit.nn.quantize import int8_share, quantize_int8
+
+
+def test_every_linear_called_as_a_module_becomes_int8_and_the_original_is_kept():
+    torch.manual_seed(0)
+    layer = TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True).eval()
+    quantized = quantize_int8(layer)
+    for name in ("self_attn.out_proj", "linear1", "linear2"):
+        module = quantized.get_submodule(name)
+        assert isinstance(module, DynamicInt8Linear), name
+        assert module.weight().dtype == torch.qint8
+    assert isinstance(layer.linear1, nn.Linear) and not isinstance(layer.linear1, DynamicInt8Linear)
+    assert quantized.self_attn.in_proj_weight.dtype == torch.float32  # read with F.linear: stays float
+
+
+def test_int8_share_counts_the_packed_attention_projections_as_float():
+    layer = TransformerEncoderLayer(32, 4, 64, batch_first=True)
+    assert int8_share(layer) == 0.0
+    # int8: W^O (32*32) and the feed-forward (2*32*64); float: W^Q, W^K, W^V (3*32*32)
+    assert int8_share(quantize_int8(layer)) == pytest.approx((32 * 32 + 2 * 32 * 64) / (4 * 32 * 32 + 2 * 32 * 64))
+
+
+def test_quantized_outputs_are_close_to_float32():
+    torch.manual_seed(0)
+    layer = TransformerDecoderLayer(32, 4, 64, dropout=0.0, batch_first=True).eval()
+    quantized = quantize_int8(layer)
+    target, memory = torch.randn(3, 5, 32), torch.randn(3, 7, 32)  # (batch, length, d_model)
+    with torch.no_grad():
+        expected, got = layer(target, memory), quantized(target, memory)
+    assert not torch.equal(got, expected)  # really another arithmetic
+    torch.testing.assert_close(got, expected, atol=0.05, rtol=0)  # LayerNorm'd outputs of scale 1

@@ -1,0 +1,31 @@
+"""`Translator.from_run(RUN, quantize="int8")`: int8 Linear layers, logits near float32's, a clear refusal otherwise."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
+
+from attnkit.errors import ConfigError
+from attnkit.translation.translator import Translator
+
+
+def test_int8_translator_has_int8_linears_and_float_like_logits(translation_run):
+    reference = Translator.from_run(translation_run, device="cpu")
+    quantized = Translator.from_run(translation_run, quantize="int8")
+    int8 = [name for name, module in quantized.model.named_modules() if isinstance(module, DynamicInt8Linear)]
+    layers = reference.config.model.num_encoder_layers + reference.config.model.num_decoder_layers
+    assert len(int8) == 3 * layers + reference.config.model.num_decoder_layers  # W1, W2, W^O; + cross-attention's W^O
+    assert next(quantized.model.parameters()).device.type == "cpu"
+    source = torch.tensor([[7, 8, 9, 10, 2], [11, 12, 2, 0, 0]])  # (batch, source), padded
+    target = torch.tensor([[1, 7, 8], [1, 9, 10]])  # (batch, target)
+    with torch.no_grad():
+        expected, got = reference.model(source, target), quantized.model(source, target)  # (batch, target, vocab)
+    assert not torch.equal(got, expected)
+    torch.testing.assert_close(got, expected, atol=0.1, rtol=0)
+    assert len(quantized.translate(["one two three", "ten"], beam_size=2)) == 2
+
+
+def test_an_unknown_quantization_is_refused_by_name(translation_run):
+    with pytest.raises(ConfigError, match="'int4'.*int8"):
+        Translator.from_run(translation_run, quantize="int4")
