@@ -4,6 +4,8 @@ and 25000 target tokens" (Vaswani et al. 2017, section 5.1).
 
 Pairs are sorted by length (ties broken at random, differently each epoch), cut into batches whose
 padded size `sentences * longest` stays within the token budget, and the batches are shuffled.
+Lengths and batches are numpy arrays, so that a corpus of millions of pairs (memory-mapped,
+`encoded_pairs.py`) is batched without a Python object per pair.
 Sentences in one batch then have nearly the same length, so little compute goes to padding;
 `padding_fraction` reports how little.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -65,38 +68,48 @@ def make_examples(sources: Sequence[Sequence[int]], targets: Sequence[Sequence[i
     return kept, len(examples) - len(kept)
 
 
-def token_batches(lengths: Sequence[tuple[int, int]], max_tokens: int, seed: int = 0,
-                  shuffle: bool = True) -> list[list[int]]:
-    """Index lists, each batch's `sentences * longest side` <= max_tokens (a longer pair gets a batch alone)."""
-    generator = torch.Generator().manual_seed(seed)
-    order = torch.randperm(len(lengths), generator=generator).tolist() if shuffle else list(range(len(lengths)))
-    order.sort(key=lambda i: lengths[i])  # stable: equal lengths stay in random order
-    batches: list[list[int]] = []
-    current: list[int] = []
-    longest = 0
-    for index in order:
-        longest_if_added = max(longest, *lengths[index])
-        if current and longest_if_added * (len(current) + 1) > max_tokens:
-            batches.append(current)
-            current, longest_if_added = [], max(lengths[index])
-        current.append(index)
-        longest = longest_if_added
-    if current:
-        batches.append(current)
+def token_batches(lengths: Sequence[tuple[int, int]] | np.ndarray, max_tokens: int, seed: int = 0,
+                  shuffle: bool = True) -> list[np.ndarray]:
+    """Index arrays, each batch's `sentences * longest side` <= max_tokens (a longer pair gets a batch alone).
+
+    LENGTHS: (pairs, 2) source and target lengths, a list or an array (the memory-mapped corpus's);
+    no Python object per pair, so an epoch of millions of pairs is cut in about a second.
+    """
+    lengths = np.asarray(lengths, dtype=np.int64).reshape(-1, 2)  # (pairs, 2)
+    rng = np.random.default_rng(seed)
+    longest = lengths.max(axis=1)  # (pairs,)
+    ties = rng.permutation(len(lengths)) if shuffle else np.arange(len(lengths))
+    order = np.lexsort((ties, lengths[:, 0], longest))  # by longest side, then source length; ties at random
+    ends = _batch_ends(longest[order], max_tokens)
+    batches = np.split(order, ends[:-1])
     if shuffle:
-        batches = [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+        batches = [batches[i] for i in rng.permutation(len(batches))]
     return batches
 
 
-def padding_fraction(batches: Sequence[Sequence[int]], lengths: Sequence[tuple[int, int]]) -> float:
+def _batch_ends(longest: np.ndarray, max_tokens: int) -> np.ndarray:
+    """Where each greedy batch of LONGEST (nondecreasing, per pair) ends: its padded size stays within max_tokens."""
+    ends = []
+    start, count = 0, len(longest)
+    while start < count:
+        window = longest[start:start + max(max_tokens // max(int(longest[start]), 1), 1)]
+        fits = window * np.arange(1, len(window) + 1) <= max_tokens  # nondecreasing lengths: a prefix fits
+        start += max(int(fits.sum()), 1)
+        ends.append(start)
+    return np.asarray(ends, dtype=np.int64)
+
+
+def padding_fraction(batches: Sequence[Sequence[int] | np.ndarray], lengths: Sequence[tuple[int, int]] | np.ndarray
+                     ) -> float:
     """Share of the padded source and target tensors that is padding."""
-    real = padded = 0
-    for batch in batches:
-        for side in (0, 1):
-            side_lengths = [lengths[i][side] for i in batch]
-            real += sum(side_lengths)
-            padded += max(side_lengths) * len(side_lengths)
-    return 1.0 - real / max(padded, 1)
+    if not batches:
+        return 0.0
+    lengths = np.asarray(lengths, dtype=np.int64).reshape(-1, 2)  # (pairs, 2)
+    sizes = np.asarray([len(batch) for batch in batches])
+    rows = lengths[np.concatenate([np.asarray(batch, dtype=np.int64) for batch in batches])]  # (pairs in batches, 2)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    padded = int((np.maximum.reduceat(rows, starts, axis=0) * sizes[:, None]).sum())
+    return 1.0 - int(rows.sum()) / max(padded, 1)
 
 
 def collate(examples: Sequence[Example]) -> Batch:

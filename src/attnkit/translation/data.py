@@ -13,8 +13,9 @@ with an empty side are skipped and counted in the `ReadReport`.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from pathlib import Path
 
 from attnkit.errors import DataError
@@ -65,7 +66,7 @@ class Corpus:
 
 def read_corpus(path: Path | str, source_lang: str | None = None, target_lang: str | None = None,
                 max_chars: int = 1000, skip_bad: bool = False) -> Corpus:
-    """Read one split from a TSV file, a JSON-lines file, or a pair of aligned files.
+    """Read one split from a TSV file, a JSON-lines file, or a pair of aligned files, into memory.
 
     `path` is a file (`train.tsv`, `train.jsonl`) or the shared stem of two aligned files
     (`data/train` for `data/train.en` + `data/train.de`). Languages are needed for JSON lines
@@ -74,17 +75,49 @@ def read_corpus(path: Path | str, source_lang: str | None = None, target_lang: s
     skips malformed lines (not UTF-8, no tab, bad JSON) too, each listed in the report, instead of
     stopping at the first; in aligned files the line is skipped in both files, keeping them aligned.
     """
-    path = Path(path)
-    if path.is_file() and path.suffix in TSV_SUFFIXES:
-        corpus = _read_tsv(path, skip_bad)
-    elif path.is_file() and path.suffix in JSONL_SUFFIXES:
-        corpus = _read_jsonl(path, source_lang, target_lang, skip_bad)
-    elif path.is_file():
-        raise DataError(f"{path}: unknown format (expected .tsv, .jsonl, or a stem of two aligned files "
-                        f"such as train for train.en + train.de)")
-    else:
-        corpus = _read_aligned(path, source_lang, target_lang, skip_bad)
-    return _drop_long(corpus, max_chars)
+    reader = PairReader(path, source_lang, target_lang, max_chars, skip_bad)
+    pairs = list(reader)
+    return Corpus(pairs, reader.report, reader.source_lang, reader.target_lang)
+
+
+class PairReader:
+    """One split's pairs, read lazily, afresh at each iteration: a corpus of millions need not fit in memory.
+
+    The arguments are `read_corpus`'s. Constructing it checks what can be checked without reading
+    (the format, the aligned files and their languages); each pass refills `report` and, for JSON
+    lines, finds the languages from the first record.
+    """
+
+    def __init__(self, path: Path | str, source_lang: str | None = None, target_lang: str | None = None,
+                 max_chars: int = 1000, skip_bad: bool = False) -> None:
+        path = Path(path)
+        self.max_chars, self.skip_bad = max_chars, skip_bad
+        self.source_lang, self.target_lang = source_lang, target_lang
+        if path.is_file() and path.suffix in TSV_SUFFIXES + JSONL_SUFFIXES:
+            self.files: tuple[Path, ...] = (path,)
+        elif path.is_file():
+            raise DataError(f"{path}: unknown format (expected .tsv, .jsonl, or a stem of two aligned files "
+                            f"such as train for train.en + train.de)")
+        else:
+            self.source_lang, self.target_lang = _aligned_languages(path, source_lang, target_lang)
+            self.files = _aligned_files(path, self.source_lang, self.target_lang)
+        self.report = ReadReport(" + ".join(map(str, self.files)))
+
+    def __iter__(self) -> Iterator[SentencePair]:
+        self.report = ReadReport(self.report.source)
+        skipped = self.report.skipped_bad if self.skip_bad else None
+        if len(self.files) == 2:
+            pairs = _read_aligned(*self.files, self.report, skipped)
+        elif self.files[0].suffix in TSV_SUFFIXES:
+            pairs = _read_tsv(self.files[0], self.report, skipped)
+        else:
+            pairs = _read_jsonl(self.files[0], self, skipped)
+        for pair in pairs:
+            if len(pair.source) > self.max_chars or len(pair.target) > self.max_chars:
+                self.report.skipped_long += 1
+                continue
+            self.report.pairs += 1
+            yield pair
 
 
 def find_split(folder: Path | str, split: str) -> Path | None:
@@ -157,19 +190,15 @@ def _bad(error: DataError, skipped: list[str] | None) -> None:
     skipped.append(str(error))
 
 
-def _keep(pairs: list[SentencePair], report: ReadReport, source: str, target: str) -> None:
+def _pair(report: ReadReport, source: str, target: str) -> SentencePair | None:
     source, target = source.strip(), target.strip()
     if not source or not target:
         report.skipped_empty += 1
-        return
-    pairs.append(SentencePair(source, target))
-    report.pairs += 1
+        return None
+    return SentencePair(source, target)
 
 
-def _read_tsv(path: Path, skip_bad: bool = False) -> Corpus:
-    pairs: list[SentencePair] = []
-    report = ReadReport(str(path))
-    skipped = report.skipped_bad if skip_bad else None
+def _read_tsv(path: Path, report: ReadReport, skipped: list[str] | None) -> Iterator[SentencePair]:
     for number, line in _lines(path, skipped):
         if line is None:
             continue
@@ -181,27 +210,27 @@ def _read_tsv(path: Path, skip_bad: bool = False) -> Corpus:
             _bad(DataError(f"{path}, line {number}: expected source<TAB>target, found {len(fields)} "
                            f"tab-separated field{'s' if len(fields) != 1 else ''}"), skipped)
             continue
-        _keep(pairs, report, *fields)
-    return Corpus(pairs, report)
+        pair = _pair(report, *fields)
+        if pair is not None:
+            yield pair
 
 
-def _read_jsonl(path: Path, source_lang: str | None, target_lang: str | None, skip_bad: bool = False) -> Corpus:
-    pairs: list[SentencePair] = []
-    report = ReadReport(str(path))
-    skipped = report.skipped_bad if skip_bad else None
+def _read_jsonl(path: Path, reader: PairReader, skipped: list[str] | None) -> Iterator[SentencePair]:
+    """The pairs of a JSON-lines file; READER's languages found from the first record if not given."""
     for number, line in _lines(path, skipped):
         if line is None or not line.strip():
             continue
         try:
-            source_lang, target_lang = _read_record(path, number, line, source_lang, target_lang, pairs, report)
+            pair = _read_record(path, number, line, reader)
         except DataError as error:
             _bad(error, skipped)
-    return Corpus(pairs, report, source_lang, target_lang)
+            continue
+        if pair is not None:
+            yield pair
 
 
-def _read_record(path: Path, number: int, line: str, source_lang: str | None, target_lang: str | None,
-                 pairs: list[SentencePair], report: ReadReport) -> tuple[str | None, str | None]:
-    """Keep the pair of one JSON line; the languages, found from it if they were not known."""
+def _read_record(path: Path, number: int, line: str, reader: PairReader) -> SentencePair | None:
+    """The pair of one JSON line (None if a side is empty)."""
     try:
         record = json.loads(line)
     except json.JSONDecodeError as error:
@@ -209,8 +238,10 @@ def _read_record(path: Path, number: int, line: str, source_lang: str | None, ta
     translation = record.get("translation") if isinstance(record, dict) else None
     if not isinstance(translation, dict):
         raise DataError(f"{path}, line {number}: expected {{\"translation\": {{\"<src>\": ..., \"<tgt>\": ...}}}}")
-    if source_lang is None or target_lang is None:
-        source_lang, target_lang = _two_languages(path, number, list(translation), source_lang, target_lang)
+    if reader.source_lang is None or reader.target_lang is None:
+        reader.source_lang, reader.target_lang = _two_languages(path, number, list(translation), reader.source_lang,
+                                                                reader.target_lang)
+    source_lang, target_lang = reader.source_lang, reader.target_lang
     source, target = translation.get(source_lang), translation.get(target_lang)
     if not isinstance(source, str) or not isinstance(target, str):
         raise DataError(f"{path}, line {number}: no text for language '{source_lang}' and '{target_lang}' "
@@ -218,8 +249,7 @@ def _read_record(path: Path, number: int, line: str, source_lang: str | None, ta
     if not _is_unicode(source) or not _is_unicode(target):
         raise DataError(f"{path}, line {number}: the text has a lone surrogate escape (\\ud800-\\udfff), "
                         "which is not valid Unicode")
-    _keep(pairs, report, source, target)
-    return source_lang, target_lang
+    return _pair(reader.report, source, target)
 
 
 def _is_unicode(text: str) -> bool:
@@ -240,48 +270,53 @@ def _two_languages(path: Path, number: int, found: list[str], source_lang: str |
                     f"(--source-lang, --target-lang)")
 
 
-def _read_aligned(stem: Path, source_lang: str | None, target_lang: str | None, skip_bad: bool = False) -> Corpus:
+def _aligned_languages(stem: Path, source_lang: str | None, target_lang: str | None) -> tuple[str, str]:
+    if source_lang is not None and target_lang is not None:
+        return source_lang, target_lang
     candidates = sorted(p for p in stem.parent.glob(f"{stem.name}.*")
                         if p.is_file() and p.suffix[1:] not in ("tsv", "jsonl", "json"))
-    if source_lang is None or target_lang is None:
-        if len(candidates) != 2:
-            found = ", ".join(p.name for p in candidates) or "none"
-            raise DataError(f"{stem}: expected a .tsv or .jsonl file or two aligned files {stem.name}.SRC and "
-                            f"{stem.name}.TGT (found: {found}); give --source-lang and --target-lang")
-        source_lang = source_lang or next(p.suffix[1:] for p in candidates if p.suffix[1:] != target_lang)
-        target_lang = target_lang or next(p.suffix[1:] for p in candidates if p.suffix[1:] != source_lang)
-    source_path, target_path = Path(f"{stem}.{source_lang}"), Path(f"{stem}.{target_lang}")
-    for path in (source_path, target_path):
+    if len(candidates) != 2:
+        found = ", ".join(p.name for p in candidates) or "none"
+        raise DataError(f"{stem}: expected a .tsv or .jsonl file or two aligned files {stem.name}.SRC and "
+                        f"{stem.name}.TGT (found: {found}); give --source-lang and --target-lang")
+    source_lang = source_lang or next(p.suffix[1:] for p in candidates if p.suffix[1:] != target_lang)
+    target_lang = target_lang or next(p.suffix[1:] for p in candidates if p.suffix[1:] != source_lang)
+    return source_lang, target_lang
+
+
+def _aligned_files(stem: Path, source_lang: str, target_lang: str) -> tuple[Path, Path]:
+    paths = Path(f"{stem}.{source_lang}"), Path(f"{stem}.{target_lang}")
+    for path in paths:
         if not path.is_file():
             raise DataError(f"{path}: file not found "
                             f"(aligned files {stem.name}.{source_lang} + {stem.name}.{target_lang})")
-    skipped: list[str] | None = [] if skip_bad else None
-    sources = [line for _, line in _lines(source_path, skipped)]
-    targets = [line for _, line in _lines(target_path, skipped)]
-    if len(sources) != len(targets):
-        raise DataError(f"{source_path} has {len(sources)} lines but {target_path} has {len(targets)}: "
-                        f"aligned files must have one line per sentence pair")
-    pairs: list[SentencePair] = []
-    report = ReadReport(f"{source_path} + {target_path}", skipped_bad=skipped or [])
-    for source, target in zip(sources, targets):
+    return paths
+
+
+def _read_aligned(source_path: Path, target_path: Path, report: ReadReport,
+                  skipped: list[str] | None) -> Iterator[SentencePair]:
+    """Line i of one file with line i of the other; DataError (at the end) if their line counts differ."""
+    source_lines = target_lines = 0
+    for source_line, target_line in zip_longest(_lines(source_path, skipped), _lines(target_path, skipped)):
+        source_lines += source_line is not None
+        target_lines += target_line is not None
+        if source_line is None or target_line is None:
+            continue  # one file is longer: counted, refused at the end
+        source, target = source_line[1], target_line[1]
         if source is not None and target is not None:  # a line skipped in one file is skipped in both
-            _keep(pairs, report, source, target)
-    return Corpus(pairs, report, source_lang, target_lang)
-
-
-def _drop_long(corpus: Corpus, max_chars: int) -> Corpus:
-    kept = [p for p in corpus.pairs if len(p.source) <= max_chars and len(p.target) <= max_chars]
-    corpus.report.skipped_long += len(corpus.pairs) - len(kept)
-    corpus.report.pairs = len(kept)
-    return Corpus(kept, corpus.report, corpus.source_lang, corpus.target_lang)
-
+            pair = _pair(report, source, target)
+            if pair is not None:
+                yield pair
+    if source_lines != target_lines:
+        raise DataError(f"{source_path} has {source_lines} lines but {target_path} has {target_lines}: "
+                        f"aligned files must have one line per sentence pair")
 
 
 def load_splits(data: str | Path | None = None, files: dict[str, Path | None] | None = None,
                 source_lang: str | None = None, target_lang: str | None = None,
                 needed: tuple[str, ...] = ("train", "valid"), max_chars: int = 1000,
                 skip_bad: bool = False) -> dict[str, Corpus]:
-    """The corpus splits named by DATA and/or explicit files.
+    """The corpus splits named by DATA and/or explicit files, read into memory.
 
     DATA is a built-in name (`numbers`, `numbers:de`), a folder holding `train.*`, `valid.*` and
     optionally `test.*` in any supported format, or one file (taken as the first needed split).
@@ -290,30 +325,47 @@ def load_splits(data: str | Path | None = None, files: dict[str, Path | None] | 
     """
     from attnkit.translation.numbers import numbers_splits, parse_name
 
-    splits: dict[str, Corpus] = {}
     spec = parse_name(str(data)) if data is not None else None
-    if spec is not None:
-        splits.update(numbers_splits(spec))
-    elif data is not None:
+    splits: dict[str, Corpus] = numbers_splits(spec) if spec is not None else {}
+    paths = split_paths(None if spec is not None else data, files, needed=() if spec is not None else needed)
+    splits.update({split: read_corpus(path, source_lang, target_lang, max_chars, skip_bad)
+                   for split, path in paths.items()})
+    _check_needed(splits, data, needed)
+    for split, corpus in splits.items():
+        if not corpus.pairs:
+            raise DataError(f"{corpus.report.source}: the {split} split has no usable sentence pairs")
+    return splits
+
+
+def is_built_in(data: str | Path | None) -> bool:
+    """Whether DATA names a built-in dataset (numbers:de), made in memory rather than read from files."""
+    from attnkit.translation.numbers import parse_name
+
+    return data is not None and parse_name(str(data)) is not None
+
+
+def split_paths(data: str | Path | None = None, files: dict[str, Path | None] | None = None,
+                needed: tuple[str, ...] = ("train", "valid")) -> dict[str, Path]:
+    """The path `read_corpus` takes for each split that DATA (a folder or a file, not a built-in name) and FILES
+    give, FILES overriding; DataError if a needed split is missing or DATA does not exist."""
+    paths: dict[str, Path] = {}
+    if data is not None:
         path = Path(data)
         if path.is_dir():
-            for split in ("train", "valid", "test"):
-                found = find_split(path, split)
-                if found is not None:
-                    splits[split] = read_corpus(found, source_lang, target_lang, max_chars, skip_bad)
+            found = {split: find_split(path, split) for split in ("train", "valid", "test")}
+            paths.update({split: file for split, file in found.items() if file is not None})
         elif path.is_file() or any(path.parent.glob(f"{path.name}.*")):
-            splits[needed[0]] = read_corpus(path, source_lang, target_lang, max_chars, skip_bad)
+            paths[needed[0] if needed else "train"] = path
         else:
             raise DataError(f"{path}: no such file or folder, and not a built-in dataset (try numbers:de)")
-    for split, file in (files or {}).items():
-        if file is not None:
-            splits[split] = read_corpus(file, source_lang, target_lang, max_chars, skip_bad)
+    paths.update({split: Path(file) for split, file in (files or {}).items() if file is not None})
+    _check_needed(paths, data, needed)
+    return paths
+
+
+def _check_needed(splits: Mapping[str, object], data: str | Path | None, needed: tuple[str, ...]) -> None:
     missing = [split for split in needed if split not in splits]
     if missing:
         where = f" in {data}" if data is not None else ""
         expected = ", ".join(f"{m}.tsv, {m}.jsonl or {m}.SRC + {m}.TGT" for m in missing)
         raise DataError(f"no {' or '.join(missing)} split{where}: expected {expected}")
-    for split, corpus in splits.items():
-        if not corpus.pairs:
-            raise DataError(f"{corpus.report.source}: the {split} split has no usable sentence pairs")
-    return splits

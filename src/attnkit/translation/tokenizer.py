@@ -13,6 +13,7 @@ model (Marian) loads a `SentencePieceTokenizer` instead (sentencepiece_tokenizer
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -24,6 +25,10 @@ PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIAL_TOKENS = [PAD, BOS, EOS, UNK]  # ids 0, 1, 2, 3 in every vocabulary
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(4)
 JOINT_FILE, SOURCE_FILE, TARGET_FILE = "tokenizer.json", "source_tokenizer.json", "target_tokenizer.json"
+# BPE learns from at most this many pairs of a corpus, sampled evenly (sentencepiece's input_sentence_size, whose
+# documentation suggests about a million sentences): merges and their order settle long before, and training time
+# and memory then stop growing with the corpus.
+TRAINING_SAMPLE_PAIRS = 1_000_000
 
 
 def train_bpe(texts: Iterable[str], vocab_size: int) -> Tokenizer:
@@ -55,6 +60,11 @@ class SubwordTokenizer:
     @property
     def joint(self) -> bool:
         return self.source is self.target
+
+    def fingerprint(self) -> str:
+        """A hash of the vocabularies and merges: equal for a tokenizer and its saved-and-reloaded copy."""
+        texts = [self.source.to_str()] + ([] if self.joint else [self.target.to_str()])
+        return hashlib.sha256("\n".join(texts).encode("utf-8")).hexdigest()
 
     @property
     def source_vocab_size(self) -> int:

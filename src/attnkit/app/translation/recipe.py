@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -41,9 +42,11 @@ from attnkit.translation.config import (
     preset,
     with_architecture,
 )
-from attnkit.translation.data import Corpus, load_splits
+from attnkit.translation.data import Corpus, is_built_in, load_splits, split_paths
+from attnkit.translation.encoded_pairs import EncodedPairs
 from attnkit.translation.evaluate import score
 from attnkit.translation.losses import label_smoothed_cross_entropy
+from attnkit.translation.prepared_corpus import CorpusFiles, TokenizerSettings, prepare_corpus
 from attnkit.translation.schedule import inverse_sqrt_lr
 from attnkit.translation.tokenizer import SubwordTokenizer
 from attnkit.translation.translator import Translator, translate_texts
@@ -78,13 +81,19 @@ def train(request: TranslationRequest) -> FitResult:
     config = resolve_config(request, init)
     resolve_amp(config.amp, request.device)  # fp16 on a CPU: an error now, before the data is read
     files = {"train": request.train_file, "valid": request.valid_file, "test": request.test_file}
-    splits = load_splits(request.data, files, config.source_lang, config.target_lang, skip_bad=request.skip_bad_lines)
-    for corpus in splits.values():
-        note(f"data: {corpus.report.summary()}")
-    run, result = _train(config, splits, request.out, request.budget, request.device, request.resume,
-                         request.progress, request.compile, init)
-    if "test" in splits and distributed.is_main():
-        _report_test(run.path, splits["test"], config.beam_size)
+    data: Mapping[str, Corpus] | CorpusFiles
+    if is_built_in(request.data):
+        data = load_splits(request.data, files, config.source_lang, config.target_lang,
+                           skip_bad=request.skip_bad_lines)
+        for corpus in data.values():
+            note(f"data: {corpus.report.summary()}")
+    else:  # files: prepared once into memory-mapped arrays (prepared_corpus.py)
+        data = CorpusFiles(split_paths(request.data, files), config.source_lang, config.target_lang,
+                           skip_bad=request.skip_bad_lines)
+    run, result, evaluation = _train(config, data, request.out, request.budget, request.device, request.resume,
+                                     request.progress, request.compile, init)
+    if "test" in evaluation and distributed.is_main():
+        _report_test(run.path, evaluation["test"], config.beam_size)
     note(f"run folder: {run.path}")
     return result
 
@@ -132,8 +141,10 @@ class TranslationTask:
 
     items_name = "tokens"
 
-    def __init__(self, config: TranslationConfig, tokenizer: SubwordTokenizer, train: Sequence[Example],
+    def __init__(self, config: TranslationConfig, tokenizer: SubwordTokenizer, train: EncodedPairs | Sequence[Example],
                  valid: Corpus, device: torch.device | str = "cpu") -> None:
+        if not isinstance(train, EncodedPairs):  # examples' sources end with </s>, which EncodedPairs adds itself
+            train = EncodedPairs.from_lists([e.source[:-1] for e in train], [e.target for e in train])
         self.config, self.tokenizer, self.examples, self.device = config, tokenizer, train, torch.device(device)
         self.best_metric = (config.best_metric, "min" if config.best_metric == "loss" else "max")
         torch.manual_seed(config.seed)
@@ -141,7 +152,7 @@ class TranslationTask:
         # lr 1.0: `lr_factor` is the rate itself
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1.0, betas=config.adam_betas, eps=config.adam_eps,
                                           **fused_options(self.device))
-        self.lengths = [example.lengths for example in train]
+        self.lengths = train.lengths  # (pairs, 2), from the offsets: no object per pair
         self.valid = Corpus(valid.pairs[:config.eval_sentences], valid.report)
         sources = tokenizer.encode_source([p.source for p in self.valid.pairs])
         targets = tokenizer.encode_target([p.target for p in self.valid.pairs])
@@ -152,13 +163,13 @@ class TranslationTask:
         config = self.config
         return inverse_sqrt_lr(step + 1, config.model.d_model, config.warmup_steps, config.lr_scale)
 
-    def batches(self, epoch: int) -> list[list[int]]:
+    def batches(self, epoch: int) -> list[np.ndarray]:
         """The epoch's batches as example indices, the same in the same order for the same epoch (seeded)."""
         return token_batches(self.lengths, self.config.max_tokens, seed=self.config.seed * 100_003 + epoch)
 
-    def load(self, batches: Sequence[list[int]]) -> Iterator[Batch]:
-        for indices in batches:
-            yield collate([self.examples[i] for i in indices]).to(self.device)
+    def load(self, batches: Sequence[np.ndarray]) -> Iterator[Batch]:
+        for indices in batches:  # this process's batches only: their rows are read from the (mapped) arrays
+            yield self.examples.batch(indices).to(self.device)
 
     def train_step(self, model: nn.Module, batch: Batch) -> dict[str, torch.Tensor | int]:
         logits = model(batch.source, batch.target_input)  # (batch, target_length, vocab)
@@ -193,39 +204,58 @@ class TranslationTask:
 class Prepared:
     config: TranslationConfig  # with the vocabulary sizes filled in
     tokenizer: SubwordTokenizer
-    train: list[Example]
+    train: EncodedPairs  # the pairs within max_length
     skipped_long: int
     padding: float  # padding fraction of the first epoch's batches
+    evaluation: dict[str, Corpus] = dataclasses.field(default_factory=dict)  # valid (and test) as text
 
 
-def prepare(config: TranslationConfig, splits: Mapping[str, Corpus], tokenizer_folder: Path | None = None) -> Prepared:
-    """Train the BPE tokenizer (or load it from a run folder), fill in the vocabulary sizes, tokenize train."""
-    train = splits["train"].pairs
-    if tokenizer_folder is not None:
-        tokenizer = SubwordTokenizer.load(tokenizer_folder)
+def prepare(config: TranslationConfig, splits: Mapping[str, Corpus] | CorpusFiles,
+            tokenizer_folder: Path | None = None) -> Prepared:
+    """The tokenizer (trained on train, or loaded from a run folder), the vocabulary sizes filled in, train tokenized.
+
+    SPLITS in memory are tokenized here; split files (`CorpusFiles`) are prepared once into a cache beside them
+    and mapped from it afterwards (`prepared_corpus.py`), resumes included.
+    """
+    tokenizer = SubwordTokenizer.load(tokenizer_folder) if tokenizer_folder is not None else None
+    if isinstance(splits, CorpusFiles) and not isinstance(tokenizer, (SubwordTokenizer, type(None))):
+        splits = splits.read()  # an imported SentencePiece vocabulary: tokenized in memory, not cached
+    if isinstance(splits, CorpusFiles):
+        corpus = prepare_corpus(splits, tokenizer or TokenizerSettings(config.vocab_size, config.joint_vocab),
+                                say=note)
+        for summary in corpus.summaries():
+            note(f"data: {summary}")
+        tokenizer, encoded = corpus.tokenizer, corpus.encoded("train")
+        evaluation = {split: corpus.texts(split) for split in corpus.splits if split != "train"}
     else:
-        tokenizer = SubwordTokenizer.train([p.source for p in train], [p.target for p in train], config.vocab_size,
-                                           joint=config.joint_vocab)
+        train = splits["train"].pairs
+        if tokenizer is None:
+            tokenizer = SubwordTokenizer.train([p.source for p in train], [p.target for p in train],
+                                               config.vocab_size, joint=config.joint_vocab)
+        encoded = EncodedPairs.from_lists(tokenizer.encode_source([p.source for p in train]),
+                                          tokenizer.encode_target([p.target for p in train]))
+        evaluation = {split: corpus for split, corpus in splits.items() if split != "train"}
     model = dataclasses.replace(config.model, source_vocab_size=tokenizer.source_vocab_size,
                                 target_vocab_size=tokenizer.target_vocab_size,
                                 share_embeddings=config.model.share_embeddings and tokenizer.joint)
     config = dataclasses.replace(config, model=model)
-    examples, skipped = make_examples(tokenizer.encode_source([p.source for p in train]),
-                                      tokenizer.encode_target([p.target for p in train]), config.max_length)
-    lengths = [e.lengths for e in examples]
+    examples, skipped = encoded.keep(config.max_length)
+    lengths = examples.lengths
     padding = padding_fraction(token_batches(lengths, config.max_tokens, seed=config.seed), lengths)
-    return Prepared(config, tokenizer, examples, skipped, padding)
+    return Prepared(config, tokenizer, examples, skipped, padding, evaluation)
 
 
-def train_run(config: TranslationConfig, splits: Mapping[str, Corpus], out: Path, budget: Budget,
+def train_run(config: TranslationConfig, splits: Mapping[str, Corpus] | CorpusFiles, out: Path, budget: Budget,
               device: torch.device, resume: bool = False, progress: bool = True, compile: bool = False) -> RunFolder:
     """Train CONFIG on SPLITS in the run folder OUT until BUDGET is spent; returns the run folder."""
     return _train(config, splits, out, budget, device, resume, progress, compile)[0]
 
 
-def _train(config: TranslationConfig, splits: Mapping[str, Corpus], out: Path, budget: Budget, device: torch.device,
-           resume: bool, progress: bool, compile: bool, init: Path | None = None) -> tuple[RunFolder, FitResult]:
-    """Prepare the data, create (or reopen) the run folder OUT and train; the run and the Trainer's result.
+def _train(config: TranslationConfig, splits: Mapping[str, Corpus] | CorpusFiles, out: Path, budget: Budget,
+           device: torch.device, resume: bool, progress: bool, compile: bool, init: Path | None = None
+           ) -> tuple[RunFolder, FitResult, dict[str, Corpus]]:
+    """Prepare the data, create (or reopen) the run folder OUT and train; the run, the Trainer's result and the
+    evaluation splits (valid, and test if there is one).
 
     init: a translation run whose tokenizer and best weights the new run starts from (not on resume).
 
@@ -244,14 +274,15 @@ def _train(config: TranslationConfig, splits: Mapping[str, Corpus], out: Path, b
             prepared.tokenizer.save(run.path)
     amp = resolve_amp(config.amp, device)
     describe(prepared, device, amp)
-    task = TranslationTask(config, prepared.tokenizer, prepared.train, splits["valid"], device)
+    task = TranslationTask(config, prepared.tokenizer, prepared.train, prepared.evaluation["valid"], device)
     if init is not None and not resume:
         _load_init(task.model, init)
     loop = LoopConfig(eval_every_minutes=config.eval_every_minutes, checkpoint_every_minutes=config.eval_every_minutes,
                       grad_clip=config.grad_clip, accumulate=config.accumulate, amp=amp,
                       average_last=config.average_last, compile=compile, ema_decay=config.ema_decay)
     at_end = (plot_curves, report_at_end(task))  # RUN/curves.png, then RUN/report.html, which shows it
-    return run, Trainer(task, run, budget, loop, progress=progress, at_end=at_end).fit(resume=resume)
+    return run, Trainer(task, run, budget, loop, progress=progress, at_end=at_end).fit(resume=resume), \
+        prepared.evaluation
 
 
 def _load_init(model: nn.Module, init: Path) -> None:
