@@ -116,6 +116,7 @@ def rtdetr_config(kind: str, num_labels: int, queries: int = 300):
     if kind == "dfine":  # D-FINE-S: HGNetV2-B0, hidden 256, 3 decoder layers, depth_mult 0.34
         backbone = HGNetV2Config(stem_channels=[3, 16, 16], stage_in_channels=[16, 64, 256, 512],
                                  stage_mid_channels=[16, 32, 64, 128], stage_out_channels=[64, 256, 512, 1024],
+                                 hidden_sizes=[64, 256, 512, 1024], depths=[1, 1, 2, 1],
                                  stage_num_blocks=[1, 1, 2, 1], stage_numb_of_layers=[3, 3, 3, 3],
                                  out_features=["stage2", "stage3", "stage4"], use_learnable_affine_block=True)
         return DFineConfig(backbone_config=backbone, encoder_in_channels=[256, 512, 1024], hidden_expansion=0.5,
