@@ -27,6 +27,7 @@ def write(path, boxes, extra=()):
 @pytest.fixture
 def source(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
+    monkeypatch.delenv("ATTNKIT_DATA_CACHE", raising=False)
     (tmp_path / "annotations").mkdir()
     (tmp_path / "train").mkdir()
     path = tmp_path / "annotations" / "instances_train.json"
@@ -74,6 +75,15 @@ def test_a_folder_that_cannot_hold_the_cache_sends_it_to_the_user_cache(source, 
     assert len(cached) == 1
     read_split(source, keep_raw=False)  # found there; still one file
     assert len(list((tmp_path / "user-cache" / "attnkit" / "detection").iterdir())) == 1
+
+
+def test_attnkit_data_cache_takes_every_cache(source, tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNKIT_DATA_CACHE", str(tmp_path / "shared"))
+    read_split(source, keep_raw=False)
+    assert len(list((tmp_path / "shared" / "detection").glob("*-instances_train.json.index.npz"))) == 1
+    assert not (source.annotations.parent / ".attnkit-cache").exists()
+    parse_fails(monkeypatch)
+    assert read_split(source, keep_raw=False).records[0].file_name == "a.png"
 
 
 def test_a_damaged_cache_is_rebuilt(source):

@@ -21,6 +21,7 @@ def dataset(root, coco_writer, width=64):
 
 def test_only_new_or_changed_files_are_decoded_again(tmp_path, coco_writer, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
+    monkeypatch.delenv("ATTNKIT_DATA_CACHE", raising=False)
     data = dataset(tmp_path, coco_writer)
     problems, decoded = find_unreadable(data)
     assert sorted(problems) == [4] and decoded == 4 and "missing.png (image id 4): image file not found" in problems[4]

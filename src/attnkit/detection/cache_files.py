@@ -4,10 +4,11 @@ A cache file belongs to one data file or folder (an annotation file, an image fo
 written into `.attnkit-cache/` in the folder that holds it, so that it goes where the data goes
 and is shared by every run; when that folder cannot be written (read-only media, someone else's
 files), into `$XDG_CACHE_HOME/attnkit/detection/` (`~/.cache/...`), named after the data's full
-path. There is one file per data file and kind, replaced when stale, so the cache does not grow
-run by run. A write is atomic (a temporary file, then `os.replace`): a run that stops halfway,
-or two that write at once, leave the old file or a whole new one. A cache that cannot be read or
-written is worked out again, never an error: the cache only saves time.
+path; when `$ATTNKIT_DATA_CACHE` is set, into its `detection/` only. There is one file per data
+file and kind, replaced when stale, so the cache does not grow run by run. A write is atomic (a
+temporary file, then `os.replace`): a run that stops halfway, or two that write at once, leave
+the old file or a whole new one. A cache that cannot be read or written is worked out again,
+never an error: the cache only saves time.
 """
 
 from __future__ import annotations
@@ -20,13 +21,17 @@ from pathlib import Path
 from typing import IO
 
 FOLDER = ".attnkit-cache"
+ENVIRONMENT = "ATTNKIT_DATA_CACHE"  # a folder for every dataset's cache instead (as translation's prepared corpora)
 
 
 def cache_files(of: Path, kind: str) -> list[Path]:
-    """Where the cache of kind KIND (a file suffix) of the file or folder OF may be: beside it, then the user's."""
+    """Where the cache of kind KIND (a file suffix) of the file or folder OF may be: beside it, then the user's
+    (or $ATTNKIT_DATA_CACHE's)."""
     of = Path(of).absolute()
-    digest = hashlib.sha256(str(of).encode("utf-8")).hexdigest()[:16]
-    return [of.parent / FOLDER / f"{of.name}{kind}", user_cache() / f"{digest}-{of.name}{kind}"]
+    named = f"{hashlib.sha256(str(of).encode('utf-8')).hexdigest()[:16]}-{of.name}{kind}"  # by the full path
+    if os.environ.get(ENVIRONMENT):
+        return [Path(os.environ[ENVIRONMENT]) / "detection" / named]
+    return [of.parent / FOLDER / f"{of.name}{kind}", user_cache() / named]
 
 
 def user_cache() -> Path:
