@@ -39,3 +39,9 @@ def test_the_arrays_give_the_same_table_back():
     again = RecordTable.from_arrays(table().arrays())
     assert [(r.image_id, r.file_name, r.labels.tolist(), r.boxes.tolist()) for r in again] == \
         [(r.image_id, r.file_name, r.labels.tolist(), r.boxes.tolist()) for r in table()]
+
+
+def test_a_file_name_json_can_hold_but_utf8_cannot_comes_back_as_it_was():
+    name = "lone\ud800surrogate.png"  # JSON's "\ud800": not UTF-8; opening the file fails later, naming it
+    records = RecordTable.build([1], [name], [8], [8], [0], np.zeros((0, 4)), np.zeros(0))
+    assert records[0].file_name == name and RecordTable.from_arrays(records.arrays()).file_name(0) == name

@@ -48,7 +48,7 @@ class RecordTable(Sequence[ImageRecord]):
     def build(cls, image_ids: Ints, file_names: Sequence[str], widths: Ints, heights: Ints, counts: Ints,
               boxes: np.ndarray, labels: np.ndarray) -> RecordTable:
         """The table of images given column by column; COUNTS: how many of BOXES (in image order) each image has."""
-        encoded = [name.encode("utf-8") for name in file_names]
+        encoded = [name.encode("utf-8", "surrogatepass") for name in file_names]
         return cls(np.asarray(image_ids, dtype=np.int64).reshape(-1),
                    np.frombuffer(b"".join(encoded), dtype=np.uint8).copy(),
                    _offsets([len(name) for name in encoded]),
@@ -80,7 +80,8 @@ class RecordTable(Sequence[ImageRecord]):
         return (self[index] for index in range(len(self)))
 
     def file_name(self, index: int) -> str:
-        return self.names[self.name_offsets[index]:self.name_offsets[index + 1]].tobytes().decode("utf-8")
+        start, end = self.name_offsets[index], self.name_offsets[index + 1]
+        return self.names[start:end].tobytes().decode("utf-8", "surrogatepass")  # as JSON may hold them
 
     def object_counts(self) -> np.ndarray:
         """(images,) how many objects each image has."""
