@@ -10,7 +10,8 @@ without objects are valid samples. File names must stay inside the image folder 
 paths, no ".."), and images over `MAX_IMAGE_PIXELS` pixels are refused before decoding.
 Told to skip bad entries (`--skip-bad-images`), the reader leaves out and lists an image or
 annotation entry it cannot use instead of stopping; `attnkit.detection.bad_images` does the same
-for image files that cannot be read.
+for image files that cannot be read. The records are kept as flat arrays (`RecordTable`), which
+`attnkit.detection.annotation_cache` stores so that a training split is parsed once, not every run.
 """
 
 from __future__ import annotations
