@@ -138,6 +138,7 @@ def test_beam_one_equals_greedy_and_limit_is_respected():
                          for last in range(VOCAB)})
     source = torch.tensor([[A, B, EOS_ID], [A, EOS_ID, 0]])
     greedy = greedy_decode(model, source, use_cache=False, extra_length=4)
-    beam = [h.tokens for h in beam_search(model, source, beam_size=1, alpha=0.6, extra_length=4)]
+    beam = [h.tokens for h in beam_search(model, source, beam_size=1, alpha=0.6, extra_length=4,
+                                          rules=DecodingConfig(early_stopping=True))]
     assert beam == greedy
     assert all(len(g) <= limit - 1 for g, limit in zip(greedy, (3 + 4, 2 + 4)))  # </s> is the last allowed token

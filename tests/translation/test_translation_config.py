@@ -28,7 +28,7 @@ def test_a_config_written_before_the_rules_loads_with_attnkits_search():
     del saved["decoding"]
     saved["model"]["suppressed_outputs"] = [1, 0]  # a Marian import of before: <s> and pad excluded pre-softmax
     config = TranslationConfig.from_dict(saved)
-    assert config.decoding == DecodingConfig()
+    assert config.decoding == DecodingConfig("gnmt", True)  # the defaults when it was written
     assert (config.decoding.length_penalty_form, config.decoding.early_stopping, config.decoding.max_output_length,
             config.decoding.forced_at_limit) == ("gnmt", True, None, EOS_ID)
     assert config.model.suppressed_outputs == (1, 0)

@@ -53,8 +53,8 @@ class TranslationConfig:
     ema_decay: float | None = None  # a moving average of the weights, weights/ema (`attnkit.training.ema`)
     # picks weights/best; chrF also scores one-word sentences
     best_metric: Literal["chrf", "bleu", "exact_match", "loss"] = "chrf"
-    beam_size: int = 4              # section 6.1: beam 4, alpha 0.6
-    length_penalty: float = 0.6
+    beam_size: int = 4              # section 6.1: beam 4
+    length_penalty: float = 1.0     # alpha of |Y|^alpha: generate's, CTranslate2's (decoding.py: not t2t's 0.6)
     # how translate ends, scores and constrains hypotheses (attnkit's rules; an import sets its model's)
     decoding: DecodingConfig = field(default_factory=DecodingConfig)
     seed: int = 0

@@ -12,16 +12,27 @@ Transformer and an RNN encoder-decoder (Bahdanau et al. 2015) share them:
     position; with `cache=None` it recomputes the whole prefix (the uncached reference).
 
 How a search scores, ends and constrains hypotheses besides its beam size and alpha is a
-`DecodingConfig`. Its defaults are attnkit's rules: GNMT's length penalty (Wu et al. 2016, Eq. 14),
-a sentence is over once `beam` hypotheses have ended or no live prefix can beat the best ended one,
-</s> forced at source length + 50. A model imported with its generation config carries the rules
-that make these searches give transformers' `generate` output (`attnkit import marian`):
-score log P(Y|X) / |Y|^alpha ("power"); the best `beam` ended hypotheses kept; `early_stopping`
-False / "never" ends a sentence when transformers' heuristic finds that the best live prefix,
-normalised at its current length / at the limit, cannot beat the worst kept one; every hypothesis
-ends at the limit, on the token forced there (forced_eos_token_id: </s>, or another id, which ends
-it by length, not as </s> does) or on any token when none is forced; masks applied to the
-log-probabilities after the softmax, as transformers' logits processors are in beam search.
+`DecodingConfig`. Its defaults are transformers' `generate` defaults for beam search: score
+log P(Y|X) / |Y|^alpha ("power"; alpha, the recipes' `length_penalty`, 1.0 as there and in
+CTranslate2 and fairseq), the best `beam` ended hypotheses kept, and `early_stopping` False: a
+sentence is over when the best live prefix, normalised at its current length, cannot beat the
+worst kept one (or no live prefix can beat the best ended one); </s> forced at source length + 50
+(section 6.1). CTranslate2 differs only in stopping: over once `beam` hypotheses have ended
+(patience 1; `early_stopping` True here). The paper's alpha 0.6 is tensor2tensor's GNMT penalty
+((5 + |Y|) / 6)^alpha (Wu et al. 2016, Eq. 14; "gnmt"): on the same weights its outputs are
+shorter and score lower BLEU than either peer's rules (BENCHMARKS.md, "Beam search against the
+peers"); runs saved with it keep it. A model imported with its generation config carries the rules
+that make these searches give `generate`'s output (`attnkit import marian`): |Y|^alpha;
+`early_stopping` True / False / "never" (the best live prefix normalised at the limit instead);
+every hypothesis ends at the limit, on the token forced there (forced_eos_token_id: </s>, or
+another id, which ends it by length, not as </s> does) or on any token when none is forced; masks
+applied to the log-probabilities after the softmax, as transformers' logits processors are in
+beam search.
+
+|Y| counts </s>, as transformers, fairseq and CTranslate2 count it (CTranslate2 scores a hypothesis
+with its </s>, then drops the token from the result unless return_end_token). A step is one model
+call for every live beam, one top-k over each sentence's beam x vocabulary scores and one row
+selection of the cache; a sentence whose search is over leaves the batch, as in CTranslate2.
 """
 
 from __future__ import annotations
@@ -43,11 +54,11 @@ EXTRA_LENGTH = 50  # max output length = source length + 50 (section 6.1)
 class DecodingConfig:
     """A search's rules besides beam size and alpha; lengths count output tokens with </s>, without the start.
 
-    The defaults are attnkit's (section 6.1 with GNMT's penalty); transformers' names in brackets.
+    The defaults are transformers' `generate`'s (see the module's docstring); its names in brackets.
     """
 
-    length_penalty_form: Literal["gnmt", "power"] = "gnmt"  # gnmt: ((5 + |Y|) / 6)^alpha; power: |Y|^alpha
-    early_stopping: bool | Literal["never"] = True  # True: over with `beam` ended; else the heuristics above
+    length_penalty_form: Literal["gnmt", "power"] = "power"  # power: |Y|^alpha; gnmt: ((5 + |Y|) / 6)^alpha
+    early_stopping: bool | Literal["never"] = False  # True: over with `beam` ended; else the heuristics above
     max_output_length: int | None = None  # None: source length + 50  [max_length - 1, max_new_tokens]
     min_output_length: int = 0            # </s> is not proposed before this length  [min_length]
     forced_at_limit: int | None = EOS_ID  # the token forced last; None: none  [forced_eos_token_id]
@@ -75,8 +86,11 @@ class DecodingConfig:
 
 def saved_rules(values: dict[str, Any]) -> dict[str, Any]:
     """A saved `decoding` section in today's keys: `force_eos_at_limit` true / false (written before the forced
-    token had an id) is `forced_at_limit` </s> / none."""
+    token had an id) is `forced_at_limit` </s> / none; a section without `length_penalty_form` and
+    `early_stopping` (or none at all) was written when GNMT's penalty and True were the defaults, and keeps them."""
     values = dict(values)
+    values.setdefault("length_penalty_form", "gnmt")
+    values.setdefault("early_stopping", True)
     if "force_eos_at_limit" in values:
         if "forced_at_limit" in values:
             raise ConfigError("decoding sets both force_eos_at_limit and forced_at_limit; keep forced_at_limit")
@@ -108,7 +122,7 @@ class Hypothesis:
     score: float       # log-probability (including </s>) divided by the length penalty
 
 
-def length_penalty(length: int, alpha: float, form: str = "gnmt") -> float:
+def length_penalty(length: int, alpha: float, form: str = "power") -> float:
     """gnmt: lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al. 2016, Eq. 14); power: |Y|^alpha (transformers'
     length_penalty); |Y| counting </s>."""
     return ((5.0 + length) / 6.0) ** alpha if form == "gnmt" else float(length) ** alpha
@@ -145,108 +159,136 @@ def constrain(scores: Tensor, prefix: Tensor, step: int, limits: Tensor, rules: 
 @torch.no_grad()
 def greedy_decode(model: EncoderDecoder[Any], source: Tensor, use_cache: bool = True,
                   extra_length: int = EXTRA_LENGTH, rules: DecodingConfig = ATTNKIT_RULES) -> list[list[int]]:
-    """argmax at every step until </s> or the length limit; returns output ids per sentence."""
+    """argmax at every step until </s> or the length limit; returns output ids per sentence.
+
+    A sentence leaves the batch (its rows of the encoder output and the cache) once it has ended."""
     encoded = model.encode(source, source == PAD_ID)
     cache = model.start_cache(encoded) if use_cache else None
     limits = output_limits(source, extra_length, rules)  # (batch,)
-    longest = int(limits.max())
-    tokens = torch.full((source.size(0), longest + 1), PAD_ID, dtype=torch.long, device=source.device)
-    tokens[:, 0] = BOS_ID  # (batch, 1 + longest): <s>, then the outputs, written in place
-    finished = torch.zeros(source.size(0), dtype=torch.bool, device=source.device)
-    for step in range(longest):
-        logits = model.decode_step(tokens[:, :step + 1], encoded, cache)  # (batch, vocab)
-        logits = constrain(logits, tokens[:, :step + 1], step, limits, rules)
-        token = logits.argmax(dim=-1).masked_fill(finished, PAD_ID)  # (batch,)
-        tokens[:, step + 1] = token
-        finished |= (token == EOS_ID) | (step + 1 >= limits)
-        if bool(finished.all()):
+    outputs: list[list[int]] = [[] for _ in range(source.size(0))]
+    live = torch.arange(source.size(0), device=source.device)  # the sentences still decoded, in row order
+    prefix = torch.full((source.size(0), 1), BOS_ID, dtype=torch.long, device=source.device)
+    for step in range(int(limits.max())):
+        logits = model.decode_step(prefix, encoded, cache)  # (live, vocab)
+        logits = constrain(logits, prefix, step, limits[live], rules)
+        token = logits.argmax(dim=-1)  # (live,)
+        prefix = torch.cat([prefix, token.unsqueeze(1)], dim=1)
+        ended = (token == EOS_ID) | (step + 1 >= limits[live])  # (live,)
+        if not bool(ended.any()):
+            continue
+        for row in ended.nonzero().view(-1).tolist():
+            outputs[int(live[row])] = _strip(prefix[row, 1:].tolist())
+        going = (~ended).nonzero().view(-1)  # (still live,)
+        if going.numel() == 0:
             break
-    outputs = tokens[:, 1:step + 2].tolist()
-    return [_strip(row)[:limit] for row, limit in zip(outputs, limits.tolist())]
+        live, prefix, encoded = live[going], prefix[going], encoded.select(going)
+        if cache is not None:
+            cache.reorder(going)
+    return outputs
 
 
 @torch.no_grad()
-def beam_search(model: EncoderDecoder[Any], source: Tensor, beam_size: int = 4, alpha: float = 0.6,
+def beam_search(model: EncoderDecoder[Any], source: Tensor, beam_size: int = 4, alpha: float = 1.0,
                 extra_length: int = EXTRA_LENGTH, rules: DecodingConfig = ATTNKIT_RULES) -> list[Hypothesis]:
     """The best hypothesis per sentence by log P(Y|X) / lp(Y), keeping `beam_size` live prefixes.
 
-    A sentence is over when RULES say so (see the module's docstring), or at its length limit.
-    With beam_size 1 and attnkit's rules this is greedy decoding.
+    A sentence is over when RULES say so (see the module's docstring), or at its length limit; its
+    beams then leave the batch (their rows of the encoder output and the cache), as in CTranslate2.
+    One step is one call of the model for all live beams, one top-k over each sentence's beam x
+    vocabulary scores, and one row selection of the cache; Python sees only the hypotheses that end.
+    With beam_size 1 and early_stopping True this is greedy decoding.
     """
     batch, device = source.size(0), source.device
-    rows = torch.arange(batch, device=device).repeat_interleave(beam_size)  # sentence of each beam row
+    rows = torch.arange(batch, device=device).repeat_interleave(beam_size)  # (batch * beam,): each beam's sentence
     encoded = model.encode(source, source == PAD_ID).select(rows)
     cache = model.start_cache(encoded)
     limits = output_limits(source, extra_length, rules)  # (batch,)
+    live = torch.arange(batch, device=device)  # the sentences still searched, in row order
     scores = torch.full((batch, beam_size), float("-inf"), device=device)
     scores[:, 0] = 0.0  # one live prefix, <s>, at the start
     prefix = torch.full((batch * beam_size, 1), BOS_ID, dtype=torch.long, device=device)
-    beams = _Beams(beam_size, alpha, rules, limits.tolist())
+    beams = _Beams(beam_size, alpha, rules, limits)
     for step in range(int(limits.max())):
-        log_probs = model.decode_step(prefix, encoded, cache).float().log_softmax(dim=-1)  # (batch * beam, vocab)
-        log_probs = constrain(log_probs, prefix, step, limits[rows], rules)
+        log_probs = model.decode_step(prefix, encoded, cache).float().log_softmax(dim=-1)  # (live * beam, vocab)
+        log_probs = constrain(log_probs, prefix, step, limits[live].repeat_interleave(beam_size), rules)
         if rules.renormalize:
             log_probs = log_probs.log_softmax(dim=-1)
         vocab = log_probs.size(-1)
-        candidates = (scores.view(-1, 1) + log_probs).view(batch, beam_size * vocab)
-        top_scores, top_indices = candidates.topk(min(2 * beam_size, beam_size * vocab), dim=-1)  # (batch, 2 beam)
-        keep, scores = beams.advance(top_scores, top_indices, vocab, prefix, step)
-        parent, token = keep // vocab, keep % vocab  # (batch, beam)
-        parent_rows = (torch.arange(batch, device=device).unsqueeze(1) * beam_size + parent).view(-1)
-        prefix = torch.cat([prefix[parent_rows], token.view(-1, 1)], dim=1)
+        candidates = (scores.view(-1, 1) + log_probs).view(live.size(0), beam_size * vocab)
+        top_scores, top_indices = candidates.topk(min(2 * beam_size, beam_size * vocab), dim=-1)  # (live, 2 beam)
+        keep, scores = beams.advance(top_scores, top_indices, vocab, prefix, step, live)
+        going = (~beams.over(scores, step + 1, live)).nonzero().view(-1)  # (still live,) positions in `live`
+        if going.numel() == 0:
+            break
+        keep = keep[going]  # (still live, beam): flat indices into each sentence's beam x vocabulary
+        parent_rows = (going.unsqueeze(1) * beam_size + keep // vocab).view(-1)  # (still live * beam,)
+        prefix = torch.cat([prefix[parent_rows], (keep % vocab).view(-1, 1)], dim=1)
+        if going.numel() < live.size(0):
+            live, encoded = live[going], encoded.select(_beam_rows(going, beam_size))
+        scores = scores[going]
         if cache is not None:
             cache.reorder(parent_rows)
-        if beams.over(scores, generated=step + 1):
-            break
     return beams.best()
+
+
+def _beam_rows(sentences: Tensor, beam_size: int) -> Tensor:
+    """The rows of SENTENCES' beams, each sentence's `beam_size` rows together. sentences: (n,) -> (n * beam,)."""
+    return (sentences.unsqueeze(1) * beam_size + torch.arange(beam_size, device=sentences.device)).view(-1)
 
 
 class _Beams:
     """Each sentence's ended hypotheses (the best `beam_size`, best first) and whether its search is over."""
 
-    def __init__(self, beam_size: int, alpha: float, rules: DecodingConfig, limits: list[int]) -> None:
-        self.beam_size, self.alpha, self.rules, self.limits = beam_size, alpha, rules, limits
-        self.ended: list[list[Hypothesis]] = [[] for _ in limits]
-        self.done = [False] * len(limits)
+    def __init__(self, beam_size: int, alpha: float, rules: DecodingConfig, limits: Tensor) -> None:
+        self.beam_size, self.alpha, self.rules = beam_size, alpha, rules
+        self.limits, self.limit_list = limits, limits.tolist()  # (batch,)
+        self.ended: list[list[Hypothesis]] = [[] for _ in self.limit_list]
+        self.done = [False] * len(self.limit_list)
 
     def penalty(self, length: int) -> float:
         return length_penalty(length, self.alpha, self.rules.length_penalty_form)
 
-    def advance(self, top_scores: Tensor, top_indices: Tensor, vocab: int, prefix: Tensor,
-                step: int) -> tuple[Tensor, Tensor]:
+    def advance(self, top_scores: Tensor, top_indices: Tensor, vocab: int, prefix: Tensor, step: int,
+                live: Tensor) -> tuple[Tensor, Tensor]:
         """End the top candidates that end here (</s>, or any token at the limit: forced there, or not) if among
         the best `beam_size`, as fairseq and transformers do; keep the best `beam_size` others live.
 
-        Returns the kept candidates' flat indices (batch, beam) and their scores (batch, beam).
+        top_scores, top_indices: (live, 2 beam), best first; LIVE: the sentence of each row.
+        Returns the kept candidates' flat indices (live, beam) and their scores (live, beam), -inf where fewer.
         """
-        beam = self.beam_size
-        keep = torch.zeros(top_indices.size(0), beam, dtype=torch.long, device=top_indices.device)
-        kept_scores = torch.full_like(keep, float("-inf"), dtype=top_scores.dtype)
-        for b, (row_scores, row_indices) in enumerate(zip(top_scores.tolist(), top_indices.tolist())):
-            at_limit = step + 1 >= self.limits[b]
-            slot = 0
-            for rank, (score, index) in enumerate(zip(row_scores, row_indices)):
-                if slot == beam or score == float("-inf"):
-                    break
-                token = index % vocab
-                if token == EOS_ID or at_limit:
-                    if rank < beam and not self.done[b]:
-                        tokens = prefix[b * beam + index // vocab, 1:].tolist() + ([] if token == EOS_ID else [token])
-                        self._end(b, Hypothesis(tokens, score / self.penalty(step + 1)))
-                    continue
-                keep[b, slot], kept_scores[b, slot] = index, score
-                slot += 1
-        return keep, kept_scores
+        beam, candidates = self.beam_size, top_scores.size(1)
+        token = top_indices % vocab  # (live, 2 beam)
+        reachable = top_scores > float("-inf")
+        ends = (token == EOS_ID) | (step + 1 >= self.limits[live]).unsqueeze(1)  # (live, 2 beam)
+        stays = reachable & ~ends
+        slot = stays.long().cumsum(dim=1) - 1  # (live, 2 beam): the live slot each staying candidate takes
+        slot = torch.where(stays & (slot < beam), slot, beam)  # the others to a spare slot, dropped below
+        keep = torch.zeros(live.size(0), beam + 1, dtype=torch.long, device=top_indices.device)
+        kept_scores = torch.full((live.size(0), beam + 1), float("-inf"), dtype=top_scores.dtype,
+                                 device=top_scores.device)
+        keep.scatter_(1, slot, top_indices)
+        kept_scores.scatter_(1, slot, top_scores)
+        ranks = torch.arange(candidates, device=top_scores.device) < beam
+        for row, rank in (reachable & ends & ranks).nonzero().tolist():  # the few that end: to Python
+            sentence = int(live[row])
+            if self.done[sentence]:
+                continue
+            index, end_token = int(top_indices[row, rank]), int(token[row, rank])
+            tokens = prefix[row * beam + index // vocab, 1:].tolist() + ([] if end_token == EOS_ID else [end_token])
+            self._end(sentence, Hypothesis(tokens, float(top_scores[row, rank]) / self.penalty(step + 1)))
+        return keep[:, :beam], kept_scores[:, :beam]
 
     def _end(self, b: int, hypothesis: Hypothesis) -> None:
         ended = sorted(self.ended[b] + [hypothesis], key=lambda h: -h.score)  # stable: earlier first on ties
         self.ended[b] = ended[:self.beam_size]
 
-    def over(self, live_scores: Tensor, generated: int) -> bool:
-        """Mark the sentences whose search is over after GENERATED tokens; True when all are."""
-        for b, row in enumerate(live_scores.tolist()):
-            self.done[b] = self.done[b] or self._sentence_over(self.ended[b], max(row), generated, self.limits[b])
-        return all(self.done)
+    def over(self, live_scores: Tensor, generated: int, live: Tensor) -> Tensor:
+        """Mark the LIVE sentences whose search is over after GENERATED tokens; returns which are, (live,) bool."""
+        over = []
+        for b, best_live in zip(live.tolist(), live_scores.max(dim=1).values.tolist()):
+            self.done[b] = self.done[b] or self._sentence_over(self.ended[b], best_live, generated, self.limit_list[b])
+            over.append(self.done[b])
+        return torch.tensor(over, dtype=torch.bool, device=live_scores.device)
 
     def _sentence_over(self, ended: list[Hypothesis], best_live: float, generated: int, limit: int) -> bool:
         if best_live == float("-inf"):

@@ -97,9 +97,33 @@ class EncodedSource:
 
     memory: Tensor        # (batch, source_length, d_model)
     padding_mask: Tensor  # (batch, source_length), True at padding
+    rows: Tensor | None = None  # (batch,): the encoder row each row is a copy of (beam search's beams); None: its own
 
     def select(self, rows: Tensor) -> EncodedSource:
-        return EncodedSource(self.memory.index_select(0, rows), self.padding_mask.index_select(0, rows))
+        copied = rows if self.rows is None else self.rows.index_select(0, rows)
+        return EncodedSource(self.memory.index_select(0, rows), self.padding_mask.index_select(0, rows), copied)
+
+
+@dataclass
+class TranslationCache(DecoderCache):
+    """The decoder's cache, and which encoder row each of its rows reads.
+
+    Cross-attention keys and values are the memory's, projected once (at the first step). Beam search
+    reorders rows within a sentence, whose beams share one memory, so a reorder that leaves every row
+    on its own encoder row moves only the self-attention caches; one that drops sentences
+    (finished) or mixes them selects the cross-attention rows too.
+    """
+
+    sources: Tensor | None = None  # (batch,) encoder rows; None: unknown, every reorder moves everything
+
+    def reorder(self, batch_indices: Tensor) -> None:
+        sources = None if self.sources is None else self.sources.index_select(0, batch_indices)
+        if sources is None or self.sources is None or not torch.equal(sources, self.sources):
+            super().reorder(batch_indices)
+        else:
+            for layer in self.layers:
+                layer.self_attn.reorder(batch_indices)
+        self.sources = sources
 
 
 class Seq2SeqTransformer(nn.Module):
@@ -137,8 +161,9 @@ class Seq2SeqTransformer(nn.Module):
         memory = self.transformer.encode(x, src_key_padding_mask=source_padding_mask)
         return EncodedSource(memory, source_padding_mask)
 
-    def start_cache(self, encoded: EncodedSource) -> DecoderCache:
-        return cast(TransformerDecoder, self.transformer.decoder).new_cache()
+    def start_cache(self, encoded: EncodedSource) -> TranslationCache:
+        layers = cast(TransformerDecoder, self.transformer.decoder).new_cache().layers
+        return TranslationCache(layers, encoded.rows)
 
     def decode_step(self, prefix: Tensor, encoded: EncodedSource, cache: DecoderCache | None) -> Tensor:
         """Next-token logits (batch, vocab). With a cache only prefix's last token is run."""

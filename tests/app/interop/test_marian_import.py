@@ -408,9 +408,10 @@ def test_a_run_imported_before_the_rules_keeps_its_search_and_exports(opus, tmp_
     config["model"]["suppressed_outputs"] = [BOS_ID, PAD_ID]
     (old / "config.json").write_text(json.dumps(config))
     translator = Translator.from_run(old, device="cpu")
-    assert translator.config.decoding == DecodingConfig()
+    assert translator.config.decoding == DecodingConfig("gnmt", True)  # the defaults when it was written
     source = pad_ids(opus.sources())
-    expected = [h.tokens for h in beam_search(translator.model, source, beam_size=4, alpha=0.6)]
+    expected = [h.tokens for h in beam_search(translator.model, source, beam_size=4, alpha=0.6,
+                                              rules=DecodingConfig("gnmt", True))]
     assert translator.translate(TEXTS) == translator.tokenizer.decode_target(expected)
     assert RunFolder.open(old, "translation").config["model"]["suppressed_outputs"] == [BOS_ID, PAD_ID]
     export_hf(old, tmp_path / "exported")
