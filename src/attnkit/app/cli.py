@@ -26,6 +26,7 @@ COMMAND_MODULES = [
     "attnkit.app.serve.commands",
     "attnkit.app.export.commands",
     "attnkit.app.detection.data_commands",
+    "attnkit.app.translation.data_commands",
 ]
 
 
