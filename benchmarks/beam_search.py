@@ -34,6 +34,10 @@ ARMS = (("GNMT ((5 + |Y|) / 6)^0.6, over at 4 ended", 0.6, DecodingConfig("gnmt"
         ("|Y|^0.6, over at 4 ended (Marian's normalize 0.6)", 0.6, DecodingConfig("power", True)))
 
 
+def cell(text: str) -> str:
+    return text.replace("|", "\\|")  # |Y| inside a markdown table cell
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", type=Path)
@@ -63,7 +67,7 @@ def main() -> None:
         scores = score(outputs, references, test.target_lang)
         ratio = sum(map(len, outputs)) / sum(map(len, references))
         changed = sum(a != b for a, b in zip(outputs, first))
-        print(f"| {name} | {scores.bleu:.2f} | {scores.chrf:.2f} | {ratio:.3f} | {changed} |", flush=True)
+        print(f"| {cell(name)} | {scores.bleu:.2f} | {scores.chrf:.2f} | {ratio:.3f} | {changed} |", flush=True)
     seconds: dict[str, list[float]] = {name: [] for name, _, _ in ARMS}
     for round_ in range(args.rounds):
         for name, alpha, rules in ARMS[::1 if round_ % 2 == 0 else -1]:
@@ -73,7 +77,7 @@ def main() -> None:
     print("\n| rules | seconds (median) | sentences/s |\n|---|---|---|")
     for name, times in seconds.items():
         median = statistics.median(times)
-        print(f"| {name} | {median:.2f} | {len(sources) / median:.1f} |")
+        print(f"| {cell(name)} | {median:.2f} | {len(sources) / median:.1f} |")
 
 
 if __name__ == "__main__":
