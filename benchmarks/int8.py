@@ -138,7 +138,8 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=200)
     parser.add_argument("--chunk", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=2, help="torch and ONNX Runtime intra-op threads")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch and ONNX Runtime intra-op threads (on a busy machine, more starve torch)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as folder:

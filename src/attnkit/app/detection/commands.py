@@ -145,6 +145,8 @@ def detect(
     device: str = typer.Option(None, "--device", help="cpu or cuda (default: cuda when available)."),
     backend: str = typer.Option("pytorch", "--backend", help="pytorch, or onnxruntime (RUN's ONNX export, "
                                 "written to RUN/onnx on first use, or an `attnkit export onnx` folder)."),
+    quantize: str = typer.Option(None, "--quantize", help="int8: the model's matrix multiplications in int8 "
+                                 "(dynamic quantization, CPU only); speed and accuracy: BENCHMARKS.md, int8."),
 ) -> None:
     """Detect objects in IMAGE files; draw boxes with class names and scores into OUT."""
     with user_errors():
@@ -152,7 +154,7 @@ def detect(
         from attnkit.detection.data import read_image
         from attnkit.detection.draw import draw_boxes
 
-        detector = load_detector(run, weights, resolve_device(device), backend)
+        detector = load_detector(run, weights, resolve_device(device) if device else None, backend, quantize)
         out.mkdir(parents=True, exist_ok=True)
         results = []
         for index, path in enumerate(images, start=1):

@@ -2,6 +2,8 @@
 
 With onnxruntime, RUN may be a run folder (its export in RUN/onnx is written on first use, or
 reused when it is newer than the weights) or an export folder written by `attnkit export onnx`.
+`--quantize int8`: PyTorch's dynamic quantization (`attnkit.nn.quantize`), or the graphs' int8 twins
+(`int8.py`).
 """
 
 from __future__ import annotations
@@ -33,30 +35,34 @@ def export_folder(run: Path, weights: str) -> Path:
     return folder
 
 
-def load_detector(run: Path, weights: str, device, backend: str):
-    _check(backend)
+def load_detector(run: Path, weights: str, device, backend: str, quantize: str | None = None):
+    _check(backend, quantize)
     if backend == "onnxruntime":
         from attnkit.app.export.ort_detector import OrtDetector
 
-        return OrtDetector(export_folder(run, weights))
+        return OrtDetector(export_folder(run, weights), quantize=quantize)
     from attnkit.detection.detector import Detector
 
-    return Detector.from_run(run, weights, device)
+    return Detector.from_run(run, weights, device, quantize=quantize)
 
 
-def load_translator(run: Path, weights: str, backend: str):
-    _check(backend)
+def load_translator(run: Path, weights: str, backend: str, quantize: str | None = None):
+    _check(backend, quantize)
     if backend == "onnxruntime":
         from attnkit.app.export.ort_translator import OrtTranslator
 
-        return OrtTranslator(export_folder(run, weights))
+        return OrtTranslator(export_folder(run, weights), quantize=quantize)
     from attnkit.translation.translator import Translator
 
-    return Translator.from_run(run, weights=weights)
+    return Translator.from_run(run, weights=weights, quantize=quantize)
 
 
-def _check(backend: str) -> None:
+def _check(backend: str, quantize: str | None) -> None:
+    from attnkit.nn.quantize import QUANTIZATIONS
+
     if backend not in BACKENDS:
         raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if quantize not in (None, *QUANTIZATIONS):
+        raise ConfigError(f"--quantize must be {' or '.join(QUANTIZATIONS)} (or left out: float32), not {quantize!r}")
     if backend == "onnxruntime":
         require_extra("onnx", ["onnx", "onnxscript", "onnxruntime"], "--backend onnxruntime")

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from attnkit.app.export.int8 import graph_file
 from attnkit.app.export.onnx_export import DECODER_FILE, ENCODER_FILE, read_manifest
 from attnkit.translation.config import TranslationConfig
 from attnkit.translation.tokenizer import SubwordTokenizer
@@ -49,15 +50,16 @@ class OrtCache:
 class OrtSeq2Seq:
     """The encoder and decoder-step graphs behind the `EncoderDecoder` protocol."""
 
-    def __init__(self, folder: Path, manifest: dict, threads: int | None = None) -> None:
+    def __init__(self, folder: Path, manifest: dict, threads: int | None = None, quantize: str | None = None) -> None:
         import onnxruntime
 
         options = onnxruntime.SessionOptions()
         if threads:
             options.intra_op_num_threads = threads
         providers = ["CPUExecutionProvider"]
-        self.encoder = onnxruntime.InferenceSession(str(folder / ENCODER_FILE), options, providers=providers)
-        self.decoder = onnxruntime.InferenceSession(str(folder / DECODER_FILE), options, providers=providers)
+        encoder, decoder = (str(graph_file(folder, manifest, name, quantize)) for name in (ENCODER_FILE, DECODER_FILE))
+        self.encoder = onnxruntime.InferenceSession(encoder, options, providers=providers)
+        self.decoder = onnxruntime.InferenceSession(decoder, options, providers=providers)
         self.shape = (manifest["layers"], manifest["heads"], manifest["head_dim"])
 
     def encode(self, source: Tensor, source_padding_mask: Tensor) -> OrtEncoded:
@@ -89,12 +91,13 @@ class OrtSeq2Seq:
 class OrtTranslator:
     """An export folder's translator: its tokenizer and the two graphs; `translate` as `Translator.translate`."""
 
-    def __init__(self, folder: Path | str, threads: int | None = None) -> None:
+    def __init__(self, folder: Path | str, threads: int | None = None, quantize: str | None = None) -> None:
+        """QUANTIZE="int8": the graphs' int8 twins (`int8.py`; written into FOLDER on first use)."""
         folder = Path(folder)
         manifest = read_manifest(folder, "translation")
         self.config = TranslationConfig.from_dict(manifest["config"])
         self.tokenizer = SubwordTokenizer.load(folder)
-        self.model = OrtSeq2Seq(folder, manifest, threads)
+        self.model = OrtSeq2Seq(folder, manifest, threads, quantize)
 
     def translate(self, texts: Sequence[str], beam_size: int | None = None, alpha: float | None = None) -> list[str]:
         """One translation per sentence, as `Translator.translate` gives it (the same `translate_texts`, the same

@@ -108,12 +108,14 @@ def translate(
     weights: str = typer.Option("best", "--weights", help="best, last, average or ema."),
     backend: str = typer.Option("pytorch", "--backend", help="pytorch, or onnxruntime (RUN's ONNX export, "
                                 "written to RUN/onnx on first use, or an `attnkit export onnx` folder)."),
+    quantize: str = typer.Option(None, "--quantize", help="int8: the model's matrix multiplications in int8 "
+                                 "(dynamic quantization, CPU only); speed and accuracy: BENCHMARKS.md, int8."),
 ) -> None:
     """Translate TEXT (or stdin, one sentence per line); print one translation per line."""
     with user_errors():
         from attnkit.app.export.backends import load_translator
 
-        translator = load_translator(run, weights, backend)
+        translator = load_translator(run, weights, backend, quantize)
         if text:
             for line in translator.translate(text, beam_size=beam_size):
                 print(line)
