@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "attnkit.app.interop.commands",
     "attnkit.app.serve.commands",
     "attnkit.app.export.commands",
+    "attnkit.app.export.ctranslate2_commands",
     "attnkit.app.detection.data_commands",
     "attnkit.app.translation.data_commands",
 ]

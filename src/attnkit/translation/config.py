@@ -105,20 +105,28 @@ class TranslationConfig:
         return cls(**values, model=model_config(**model), decoding=DecodingConfig(**decoding))
 
 
+# The recipes' layout is tensor2tensor's and Marian's, so that their models export to MarianMTModel and
+# CTranslate2 as they are: the sinusoids as sines | cosines (t2t's get_timing_signal_1d; section 3.5's PE with its
+# channels reordered, which training cannot tell apart) and no LayerNorm after the last post-norm layer (section 3.1
+# has none; torch's nn.Transformer adds one). Measured: no loss of quality (BENCHMARKS.md, "Exportable recipe").
+EXPORTABLE_LAYOUT: dict[str, Any] = {"sinusoid_layout": "halves", "final_norm": False}
+
+
 def preset(name: str) -> TranslationConfig:
     """The named recipe; ConfigError listing the known ones."""
     if name == "tiny":
         model = Seq2SeqConfig(d_model=128, num_heads=4, num_encoder_layers=2, num_decoder_layers=2, d_ff=512,
-                              dropout=0.1)
+                              dropout=0.1, **EXPORTABLE_LAYOUT)
         return TranslationConfig(preset="tiny", model=model, vocab_size=2000, max_tokens=3000, warmup_steps=400,
                                  lr_scale=1.0, eval_every_minutes=1.0, average_last=3)
     if name == "small":
         model = Seq2SeqConfig(d_model=256, num_heads=4, num_encoder_layers=3, num_decoder_layers=3, d_ff=1024,
-                              dropout=0.1)
+                              dropout=0.1, **EXPORTABLE_LAYOUT)
         return TranslationConfig(preset="small", model=model, vocab_size=8000, max_tokens=8000, warmup_steps=2000,
                                  eval_every_minutes=5.0)
     if name == "base":
-        return TranslationConfig(preset="base", vocab_size=32000, eval_every_minutes=10.0)
+        return TranslationConfig(preset="base", model=Seq2SeqConfig(**EXPORTABLE_LAYOUT), vocab_size=32000,
+                                 eval_every_minutes=10.0)
     raise ConfigError(f"unknown preset '{name}' (known: {', '.join(PRESET_NAMES)})")
 
 

@@ -7,7 +7,7 @@ names is mapped to attnkit's by the import tables (detr_import, marian_import) a
 out of torch's packed `in_proj_*`, so the export follows the installed version's layout, and the
 load is strict (every tensor named, none left over). What does not match (pre-norm or DC5 DETR, a
 translation model with the paper's interleaved positions or final LayerNorms, ...) is refused with
-the differences named; `--set model.KEY=VALUE` at training time can make a model exportable.
+the differences named; the translation presets train Marian's layout, so their models export.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from attnkit.app.interop.weights_files import hf_layer_to_torch
 from attnkit.detection.config import model_from_dict
 from attnkit.errors import CheckpointError, ConfigError
 from attnkit.translation.config import TranslationConfig
+from attnkit.translation.decoding import EXTRA_LENGTH
 from attnkit.translation.model import Seq2SeqConfig
 from attnkit.translation.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
@@ -163,7 +164,7 @@ def marian_hf_config(config: TranslationConfig, source: MarianIds, target: Maria
     problems = [message for message, bad in checks if bad]
     if problems:
         raise ConfigError("cannot export to MarianMTModel: " + "; ".join(problems) +
-                          " (set these with --set model.KEY=VALUE when training)")
+                          " (the presets train them so; `attnkit export ctranslate2` takes any layout)")
     assert isinstance(model, Seq2SeqConfig)  # arch "transformer" (checked above)
     # transformers 4 reads the generation settings from the model's config, 5 from generation_config (which
     # export_marian sets); 5 drops them from the config.
@@ -192,6 +193,8 @@ def marian_generation(config: TranslationConfig, target: MarianIds) -> dict[str,
         "renormalize_logits": rules.renormalize}
     if rules.max_output_length is not None:
         generation["max_length"] = rules.max_output_length + 1  # transformers counts the start token
+    else:  # attnkit's limit is the source's length + EXTRA_LENGTH; transformers' is fixed: the longest source's
+        generation["max_length"] = config.max_length + EXTRA_LENGTH + 1
     if rules.length_penalty_form == "power":
         generation.update(length_penalty=config.length_penalty, early_stopping=rules.early_stopping)
     return generation
@@ -259,7 +262,7 @@ def export_marian(folder, tensors: dict[str, Tensor], out: Path):
     _load_strict(model, mapped, keep=("embed_positions.weight",))
     for key, value in generation.items():  # transformers 5 reads them here
         setattr(model.generation_config, key, value)
-    _write_tokenizer(tokenizer, source, target, out)
+    _write_tokenizer(tokenizer, source, target, out, config.max_length)
     return model
 
 
@@ -276,14 +279,31 @@ def _marian_attnkit_name(hf_name: str) -> str:
     return name
 
 
-def _write_tokenizer(tokenizer, source: MarianIds, target: MarianIds, out: Path) -> None:
+def write_fast_tokenizer(tokenizer, out: Path, max_length: int) -> None:
+    """attnkit's joint BPE as tokenizer.json + tokenizer_config.json, which AutoTokenizer loads as a
+    PreTrainedTokenizerFast giving attnkit's model input: the pieces' ids, then </s> (a post-processor, as
+    MarianTokenizer ends sources); decode(skip_special_tokens=True) gives attnkit's text."""
+    from tokenizers import Tokenizer, processors
+
+    from attnkit.translation.tokenizer import BOS, EOS, PAD, UNK
+
+    exported = Tokenizer.from_str(tokenizer.source.to_str())  # a copy: the run's tokenizer adds no </s>
+    exported.post_processor = processors.TemplateProcessing(single=f"$A {EOS}", pair=f"$A {EOS} $B {EOS}",
+                                                            special_tokens=[(EOS, EOS_ID)])
+    exported.save(str(out / "tokenizer.json"))
+    options = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": BOS, "eos_token": EOS, "unk_token": UNK,
+               "pad_token": PAD, "model_max_length": max_length, "clean_up_tokenization_spaces": False}
+    (out / "tokenizer_config.json").write_text(json.dumps(options, indent=2))
+
+
+def _write_tokenizer(tokenizer, source: MarianIds, target: MarianIds, out: Path, max_length: int) -> None:
     """SentencePiece: source.spm, target.spm, vocab.json (and target_vocab.json, one per side) in Marian's ids
     (MarianTokenizer loads them); attnkit's BPE: tokenizer.json (PreTrainedTokenizerFast loads it)."""
     from attnkit.translation.sentencepiece_tokenizer import SentencePieceTokenizer
 
     out.mkdir(parents=True, exist_ok=True)
     if not isinstance(tokenizer, SentencePieceTokenizer):
-        tokenizer.source.save(str(out / "tokenizer.json"))
+        write_fast_tokenizer(tokenizer, out, max_length)
         return
     options: dict[str, Any] = {"tokenizer_class": "MarianTokenizer"}
     (out / "vocab.json").write_text(_marian_vocab(tokenizer.pieces, source))
