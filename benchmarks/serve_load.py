@@ -1,11 +1,14 @@
 """Load check of `attnkit serve`: a bounded number of concurrent clients on loopback.
 
-    .venv/bin/python benchmarks/serve_load.py RUN [RUN ...] [--clients 8] [--requests 400] [--quick]
+    .venv/bin/python benchmarks/serve_load.py RUN [RUN ...] [--clients 8] [--requests 400] [--max-batch 1 8]
+        [--chunks 4] [--quick]
 
-Starts the server in this process (uvicorn, 127.0.0.1, a free port), sends translate requests (a
-translation run) and detect requests (a detection run, a 320x240 image) from CLIENTS threads,
-and prints requests/s, p50/p99 latency and the error count, which must be zero. Without RUN
-(or with --quick) it builds tiny random-weight runs first, so the script checks itself in seconds.
+Starts one server per --max-batch value in this process (uvicorn, 127.0.0.1, free ports; 1: no dynamic
+batching), sends translate requests (a translation run) and detect requests (a detection run, a 320x240
+image) from CLIENTS threads, the servers taking turns chunk by chunk so both see the same machine, and
+prints per server requests/s, p50/p99 latency, the mean batch size and the error count, which must be
+zero. Without RUN (or with --quick) it builds tiny random-weight runs first, so the script checks itself
+in seconds.
 """
 
 from __future__ import annotations
@@ -51,16 +54,17 @@ def tiny_runs(folder: Path) -> list[Path]:
     return [run.path, detection.path]
 
 
-def start_server(runs: list[Path]):
+def start_server(runs: list[Path], max_batch: int, wait_ms: float):
     import uvicorn
 
     from attnkit.app.serve import create_app, load_models
+    from attnkit.app.serve.batcher import Batcher
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(load_models(runs)), host="127.0.0.1", port=port,
-                                           log_level="warning"))
+    app = create_app(load_models(runs), batcher=Batcher(max_batch, wait_ms / 1000))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     threading.Thread(target=server.run, daemon=True).start()
     while not server.started:
         time.sleep(0.05)
@@ -81,7 +85,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="*", type=Path)
     parser.add_argument("--clients", type=int, default=8)
-    parser.add_argument("--requests", type=int, default=400)
+    parser.add_argument("--requests", type=int, default=400, help="per server")
+    parser.add_argument("--max-batch", type=int, nargs="+", default=[1, 8], help="one server per value")
+    parser.add_argument("--batch-wait-ms", type=float, default=5.0)
+    parser.add_argument("--chunks", type=int, default=4, help="turns per server")
     parser.add_argument("--quick", action="store_true", help="tiny runs, 4 clients, 40 requests")
     args = parser.parse_args()
     import httpx
@@ -89,22 +96,37 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as scratch:
         runs = args.runs if args.runs and not args.quick else tiny_runs(Path(scratch))
         clients, requests = (4, 40) if args.quick else (args.clients, args.requests)
-        server, url = start_server(runs)
+        servers = [start_server(runs, size, args.batch_wait_ms) for size in args.max_batch]
         buffer = io.BytesIO()
         Image.fromarray((torch.rand(240, 320, 3) * 255).to(torch.uint8).numpy()).save(buffer, format="PNG")
-        kinds = [m["kind"] for m in httpx.get(f"{url}/api/models").json()]
-        with httpx.Client(timeout=120) as client, ThreadPoolExecutor(clients) as pool:
-            one_request(client, url, kinds, 0, buffer.getvalue())  # warm up
-            started = time.perf_counter()
-            results = list(pool.map(lambda i: one_request(client, url, kinds, i, buffer.getvalue()), range(requests)))
-            seconds = time.perf_counter() - started
-        server.should_exit = True
-    latencies = sorted(r[0] for r in results)
-    errors = sum(not ok for _, ok in results)
-    p99 = latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
-    print(f"| clients | requests | requests/s | p50 ms | p99 ms | errors |\n|---|---|---|---|---|---|\n"
-          f"| {clients} | {requests} ({', '.join(kinds)}) | {requests / seconds:.1f} | "
-          f"{statistics.median(latencies) * 1000:.0f} | {p99 * 1000:.0f} | {errors} |")
+        kinds = [m["kind"] for m in httpx.get(f"{servers[0][1]}/api/models").json()]
+        results: dict[int, list[tuple[float, bool]]] = {size: [] for size in args.max_batch}
+        seconds = dict.fromkeys(args.max_batch, 0.0)
+        with httpx.Client(timeout=300) as client, ThreadPoolExecutor(clients) as pool:
+            for _, url in servers:
+                one_request(client, url, kinds, 0, buffer.getvalue())  # warm up
+            for chunk in range(args.chunks):
+                indices = range(chunk * requests // args.chunks, (chunk + 1) * requests // args.chunks)
+                turns = list(zip(args.max_batch, servers))
+                for size, (_, url) in turns[chunk % len(turns):] + turns[:chunk % len(turns)]:
+                    started = time.perf_counter()
+                    results[size] += pool.map(lambda i, u=url: one_request(client, u, kinds, i, buffer.getvalue()),
+                                              indices)
+                    seconds[size] += time.perf_counter() - started
+            batches = {size: httpx.get(f"{url}/api/batches").json() for size, (_, url) in zip(args.max_batch, servers)}
+        for server, _ in servers:
+            server.should_exit = True
+    print("| --max-batch | clients | requests | requests/s | p50 ms | p99 ms | mean batch | errors |\n"
+          "|---|---|---|---|---|---|---|---|")
+    errors = 0
+    for size in args.max_batch:
+        latencies = sorted(r[0] for r in results[size])
+        errors += sum(not ok for _, ok in results[size])
+        p99 = latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
+        mean_batch = batches[size]["requests"] / max(batches[size]["batches"], 1)
+        print(f"| {size} | {clients} | {requests} ({', '.join(kinds)}) | {requests / seconds[size]:.1f} | "
+              f"{statistics.median(latencies) * 1000:.0f} | {p99 * 1000:.0f} | {mean_batch:.2f} | "
+              f"{sum(not ok for _, ok in results[size])} |")
     return 1 if errors else 0
 
 

@@ -3,11 +3,14 @@
     GET  /                 the page: type a sentence, see its translation and alignment map; drop an
                            image, see boxes, labels, scores and each object's attention
     GET  /api/models       the models served, by name and kind
+    GET  /api/batches      how many batches ran and how many requests they held (batcher.py)
     POST /api/translate    {"text", "model"?, "beam_size"?, "attention"?} -> translation (+ alignment)
     POST /api/detect       multipart: image file, threshold?, attention?, model? -> detections (+ attention)
 
 Every error is JSON, {"error": "..."} with a 4xx status for what the client sent (413 too large,
 415 wrong content type, 422 unreadable or empty, 404 unknown model); the server keeps serving.
+Concurrent requests to one model are batched: those arriving within a few milliseconds run as one
+call on the one inference thread (batcher.py); a request that fails is answered alone.
 Uploaded images are read from memory (python-multipart spools large ones to the system's
 temporary folder), decoded with a pixel bound checked from the header, and never written anywhere.
 """
@@ -19,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, File, Form, HTTPException, Request, UploadFile
-from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from PIL import Image, UnidentifiedImageError
 from pydantic import BaseModel, Field
 
 from attnkit.app.serve import models as served_models
+from attnkit.app.serve.batcher import Batcher
 from attnkit.app.serve.body_limit import BodyLimitMiddleware
 from attnkit.app.serve.limits import Limits
 
@@ -69,7 +72,17 @@ class ErrorResponse(BaseModel):
 ERRORS: dict[int | str, dict[str, Any]] = {status: {"model": ErrorResponse} for status in (404, 413, 415, 422)}
 
 
-def create_app(models: dict[str, served_models.ServedModel], limits: Limits = Limits()) -> FastAPI:
+class BatchesResponse(BaseModel):
+    batches: int
+    requests: int
+    largest: int
+    sizes: dict[int, int] = Field(description="batch size -> how many batches had it")
+
+
+def create_app(models: dict[str, served_models.ServedModel], limits: Limits = Limits(),
+               batcher: Batcher | None = None) -> FastAPI:
+    """The app serving MODELS; BATCHER (default: up to 8 requests within 5 ms) groups concurrent requests."""
+    batcher = batcher or Batcher()
     app = FastAPI(title="attnkit", version="0.1.0", description="Translation and detection with attention maps.")
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_body_bytes)
     _error_handlers(app)
@@ -82,6 +95,12 @@ def create_app(models: dict[str, served_models.ServedModel], limits: Limits = Li
     def list_models() -> list[dict[str, str]]:
         return [{"name": m.name, "kind": m.kind} for m in models.values()]
 
+    @app.get("/api/batches", response_model=BatchesResponse)
+    def batches() -> dict:
+        stats = batcher.stats
+        return {"batches": stats.batches, "requests": stats.requests, "largest": stats.largest,
+                "sizes": dict(sorted(stats.sizes.items()))}
+
     @app.post("/api/translate", response_model=TranslateResponse, response_model_exclude_none=True, responses=ERRORS)
     async def translate(request: Request, body: TranslateRequest) -> dict:
         _require_json(request)
@@ -91,7 +110,8 @@ def create_app(models: dict[str, served_models.ServedModel], limits: Limits = Li
         if len(text) > limits.max_text_chars:
             raise HTTPException(413, f"text has {len(text)} characters; the limit is {limits.max_text_chars}")
         served = _model(models, body.model, "translation")
-        return await run_in_threadpool(served_models.translate, served, text, body.beam_size, body.attention)
+        return await batcher.submit((served.name, body.beam_size), (text, body.attention),
+                                    lambda batch: served_models.translate(served, batch, body.beam_size))
 
     @app.post("/api/detect", response_model=DetectResponse, response_model_exclude_none=True, responses=ERRORS)
     async def detect(image: UploadFile = File(description="An image file (PNG, JPEG, ...)."),
@@ -99,8 +119,8 @@ def create_app(models: dict[str, served_models.ServedModel], limits: Limits = Li
                      model: str | None = Form(None)) -> dict:
         served = _model(models, model, "detection")
         picture = _read_image(await image.read(), image.content_type, limits.max_pixels)
-        return await run_in_threadpool(served_models.detect, served, picture, threshold, attention,
-                                       limits.max_threshold_queries)
+        return await batcher.submit((served.name,), (picture, threshold, attention),
+                                    lambda batch: served_models.detect(served, batch, limits.max_threshold_queries))
 
     return app
 

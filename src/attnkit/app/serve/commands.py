@@ -20,6 +20,11 @@ def serve(
     max_body_mb: float = typer.Option(8.0, "--max-body-mb", help="Largest request body accepted (MB)."),
     max_pixels: int = typer.Option(4096 * 4096, "--max-pixels", help="Largest image accepted (width x height)."),
     max_text_chars: int = typer.Option(2000, "--max-text-chars", help="Longest sentence accepted."),
+    max_batch: int = typer.Option(8, "--max-batch", help="Most concurrent requests run as one batch (1: none)."),
+    batch_wait_ms: float = typer.Option(5.0, "--batch-wait-ms",
+                                        help="How long a request waits for others to batch with (ms)."),
+    quantize: str = typer.Option(None, "--quantize", help="int8: the models' matrix multiplications in int8 "
+                                 "(dynamic quantization): faster, a little less accurate (BENCHMARKS.md)."),
 ) -> None:
     """Serve RUNs: a JSON HTTP API (OpenAPI at /docs) and a page at http://HOST:PORT/."""
     with user_errors():
@@ -27,12 +32,17 @@ def serve(
         import uvicorn
 
         from attnkit.app.serve import Limits, create_app, load_models
+        from attnkit.app.serve.batcher import Batcher
 
         if not 0 < port < 65536:
             raise ConfigError(f"--port must be 1..65535, got {port}")
+        if max_batch < 1 or batch_wait_ms < 0:
+            raise ConfigError(f"--max-batch must be at least 1 and --batch-wait-ms at least 0, got {max_batch} and "
+                              f"{batch_wait_ms}")
         limits = Limits(int(max_body_mb * 1024 * 1024), max_pixels, max_text_chars)
-        models = load_models(runs, weights)
+        models = load_models(runs, weights, quantize)
         for model in models.values():
             print(f"serving {model.kind} model {model.name}", file=sys.stderr)  # messages: stderr, as uvicorn's
         print(f"page: http://{host}:{port}/  API schema: http://{host}:{port}/docs", file=sys.stderr, flush=True)
-        uvicorn.run(create_app(models, limits), host=host, port=port, log_level="warning")
+        batcher = Batcher(max_batch, batch_wait_ms / 1000)
+        uvicorn.run(create_app(models, limits, batcher), host=host, port=port, log_level="warning")
