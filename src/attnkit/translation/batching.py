@@ -75,7 +75,7 @@ def token_batches(lengths: Sequence[tuple[int, int]] | np.ndarray, max_tokens: i
     LENGTHS: (pairs, 2) source and target lengths, a list or an array (the memory-mapped corpus's);
     no Python object per pair, so an epoch of millions of pairs is cut in about a second.
     """
-    lengths = np.asarray(lengths, dtype=np.int64).reshape(-1, 2)  # (pairs, 2)
+    lengths = np.asarray(lengths).reshape(-1, 2)  # (pairs, 2), an array's own integer type (not copied)
     rng = np.random.default_rng(seed)
     longest = lengths.max(axis=1)  # (pairs,)
     ties = rng.permutation(len(lengths)) if shuffle else np.arange(len(lengths))
@@ -104,12 +104,12 @@ def padding_fraction(batches: Sequence[Sequence[int] | np.ndarray], lengths: Seq
     """Share of the padded source and target tensors that is padding."""
     if not batches:
         return 0.0
-    lengths = np.asarray(lengths, dtype=np.int64).reshape(-1, 2)  # (pairs, 2)
+    lengths = np.asarray(lengths).reshape(-1, 2)  # (pairs, 2)
     sizes = np.asarray([len(batch) for batch in batches])
     rows = lengths[np.concatenate([np.asarray(batch, dtype=np.int64) for batch in batches])]  # (pairs in batches, 2)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    padded = int((np.maximum.reduceat(rows, starts, axis=0) * sizes[:, None]).sum())
-    return 1.0 - int(rows.sum()) / max(padded, 1)
+    padded = int((np.maximum.reduceat(rows, starts, axis=0) * sizes[:, None]).sum(dtype=np.int64))
+    return 1.0 - int(rows.sum(dtype=np.int64)) / max(padded, 1)
 
 
 def collate(examples: Sequence[Example]) -> Batch:

@@ -62,7 +62,10 @@ class EncodedPairs:
     @property
     def lengths(self) -> np.ndarray:
         """(pairs, 2): the source with </s>, the target with <s> or </s> (what `Example.lengths` says)."""
-        return np.stack([self.source.lengths[self.index] + 1, self.target.lengths[self.index] + 1], axis=1)
+        lengths = np.empty((len(self.index), 2), dtype=np.int32)  # int32: half the memory of millions of pairs
+        lengths[:, 0] = self.source.lengths[self.index] + 1
+        lengths[:, 1] = self.target.lengths[self.index] + 1
+        return lengths
 
     def keep(self, max_length: int) -> tuple[EncodedPairs, int]:
         """The pairs whose sides are within MAX_LENGTH tokens, and how many were dropped."""
