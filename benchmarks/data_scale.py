@@ -12,7 +12,7 @@ word-for-word substitution, every third word pair swapped (so the model has some
 prepares the cache beside the data, the second finds it. Start-up is the time to the first
 training step (see `timed_run`), steps/s the rate of the steps after it. Sizes run one after the
 other; each size's second run follows its first.
-It prints a table and writes benchmarks/data_scale.json and docs/images/data_scale.png.
+It prints a JSON line per size, then a table, and draws docs/images/data_scale.png.
 """
 
 from __future__ import annotations
@@ -133,7 +133,6 @@ def main() -> None:
                           "megabytes": (data / "train.tsv").stat().st_size / 1e6}
         print(json.dumps({pairs: results[pairs]}), flush=True)
     print_table(results)
-    (ROOT / "benchmarks/data_scale.json").write_text(json.dumps(results, indent=1))
     plot(results, ROOT / "docs/images/data_scale.png")
 
 
@@ -141,8 +140,10 @@ def print_table(results: dict) -> None:
     print("| pairs | MB | first start: s (CPU s) | second start: s (CPU s) | peak GB first | peak GB second "
           "| steps/s first | steps/s second |")
     print("|---|---|---|---|---|---|---|---|")
+    nan = {"startup_s": float("nan"), "startup_cpu_s": float("nan"), "peak_gb": float("nan"),
+           "steps_per_s": float("nan")}
     for pairs, r in results.items():
-        f, s = r["first"], r["second"]
+        f, s = r.get("first", nan), r.get("second", nan)
         print(f"| {int(pairs):,} | {r['megabytes']:.0f} | {f['startup_s']:.1f} ({f['startup_cpu_s']:.1f}) | "
               f"{s['startup_s']:.1f} ({s['startup_cpu_s']:.1f}) | {f['peak_gb']:.2f} | {s['peak_gb']:.2f} | "
               f"{f['steps_per_s']:.2f} | {s['steps_per_s']:.2f} |")
@@ -154,13 +155,16 @@ def plot(results: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    sizes = list(results)
+    sizes = [int(n) for n in results]
+    results = {int(n): r for n, r in results.items()}
     figure, axes = plt.subplots(1, 3, figsize=(12, 3.5), constrained_layout=True)
     for axis, key, label in zip(axes, ("startup_s", "peak_gb", "steps_per_s"),
                                 ("time to the first step (s)", "peak memory (GB)", "steps/s")):
         for run, style in (("first", "o-"), ("second", "s--")):
-            axis.plot(sizes, [results[n][run][key] for n in sizes], style, label=f"{run} run")
+            axis.plot(sizes, [results[n].get(run, {}).get(key, float("nan")) for n in sizes], style,
+                      label=f"{run} run")
         axis.set_xscale("log")
+        axis.set_ylim(bottom=0)
         axis.set_xlabel("training pairs")
         axis.set_title(label)
         axis.grid(alpha=0.3)
