@@ -7,11 +7,13 @@
 
 train: both arms in ONE process, ALTERNATING in chunks of --chunk seconds of training each, so
 that a busy machine slows both alike; each arm's budget counts only its own training time (data
-loading, forward, backward, update); validation is not counted. Same images (attnkit's dataset
-builders: `shapes`, `marks` of benchmarks/detector_convergence.py, `crowd`), same augmentation
-(the preset's: one scale --size, flip), same batch, same autocast (the preset's `auto`: bf16 on
-CPUs with native bf16), same seed, same COCO AP code (attnkit.detection.evaluate: pycocotools,
-the 100 best (query, class) pairs per image for both, as both are sigmoid detectors).
+loading, forward, backward, update), as CPU time per thread by default (`--clock cpu`: a shared
+machine's other work does not count) or wall-clock time (`--clock wall`); validation is not
+counted. Same images (attnkit's dataset builders: `shapes`, `marks` of
+benchmarks/detector_convergence.py, `crowd`), same augmentation (the preset's: one scale --size,
+flip), same batch, same autocast (the preset's `auto`: bf16 on CPUs with native bf16), same seed,
+same COCO AP code (attnkit.detection.evaluate: pycocotools, the 100 best (query, class) pairs per
+image for both, as both are sigmoid detectors).
 
 RT-DETR as users build it (transformers' RTDetrForObjectDetection with RTDetrConfig): `r18vd` is
 PekingU/rtdetr_r18vd's configuration (ResNet-18-vd: basic blocks, depths 2-2-2-2, hybrid encoder
