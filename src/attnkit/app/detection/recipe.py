@@ -292,6 +292,9 @@ class DetectionTask:
         self.model = self.model.to(self.device)
         self.criterion = criterion_of(config).to(self.device)
         train = config.train
+        if train.lr_backbone == 0:  # a frozen backbone: no gradients computed for it at all
+            for name, parameter in self.model.named_parameters():
+                parameter.requires_grad_(parameter.requires_grad and not name.startswith("backbone."))
         backbone = [p for n, p in self.model.named_parameters() if n.startswith("backbone.") and p.requires_grad]
         rest = [p for n, p in self.model.named_parameters() if not n.startswith("backbone.") and p.requires_grad]
         self.optimizer = torch.optim.AdamW([{"params": rest, "lr": train.lr},

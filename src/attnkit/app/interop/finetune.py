@@ -4,7 +4,11 @@ transfer recipe of DETR's fine-tuning: keep backbone, Transformer, queries and b
 
 `attnkit train detection --init RUN` builds the model of RUN's config with the new data's number
 of classes, checks RUN's weights against it (`init_weights`, before the new run folder is
-written) and starts training from them.
+written) and starts training from them. The training recipe stays the preset's: on small data,
+measured against a tenth of the learning rate for the backbone, frozen BatchNorm and a frozen
+backbone, the preset's rates fine-tuned best (BENCHMARKS.md, "Fine-tuning on small data");
+`--set train.lr_backbone=0` freezes the backbone (cheaper steps), `--set model.frozen_batchnorm=true`
+its BatchNorm, stem and layer1 (DETR's treatment of a pretrained ResNet).
 """
 
 from __future__ import annotations
@@ -40,7 +44,9 @@ def init_weights(model: nn.Module, run: Path, weights: str = "best") -> InitWeig
     path = folder.weights_path("last" if weights == "best" and not folder.best_weights.is_file() else weights)
     tensors, _ = read_weights(path)
     expected = model.state_dict()
-    kept = [name for name in CLASS_HEAD if name in tensors and name in expected
+    # BatchNorm's step counter has no place in FrozenBatchNorm2d (a backbone frozen for fine-tuning): not needed
+    tensors = {k: v for k, v in tensors.items() if k in expected or not k.endswith(".num_batches_tracked")}
+    kept = [name for name in expected if name.endswith(CLASS_HEAD) and name in tensors  # `fast`: proposals' too
             and tensors[name].shape != expected[name].shape]
     missing = [name for name in expected if name not in tensors]
     unexpected = [name for name in tensors if name not in expected]
