@@ -34,22 +34,26 @@ def deformable_sampling(value: Tensor, shapes: Sequence[tuple[int, int]], locati
     # float32 anyway; in bfloat16 it is 2-3x slower); float64 stays float64
     dtype, work = value.dtype, torch.promote_types(value.dtype, torch.float32)
     # laid out level first and copied contiguous: grid_sample is 2-3x slower on a strided grid or map (and
-    # `.to` does not copy when the dtype already matches); points before queries, so that the sum over a
-    # level's points adds whole rows of queries (PyTorch's CPU sum over a short innermost dimension, the 4
-    # points, is 2-3x slower); each level's samples are weighted and added before the next level's are read
+    # `.to` does not copy when the dtype already matches); points before queries, so that each point's samples
+    # are whole rows of queries; each level's samples are weighted and added before the next level's are read
     grids = (2 * locations - 1).to(work).permute(3, 0, 2, 4, 1, 5).flatten(1, 2).contiguous()
     # grids: (levels, batch * heads, points, queries, 2), grid_sample's [-1, 1] coordinates
     weights = weights.to(work).permute(3, 0, 2, 4, 1).reshape(levels, batch * heads, 1, points, queries)
     weights = weights.contiguous()
-    value = value.permute(0, 2, 3, 1).reshape(batch * heads, head_dim, -1).to(work)  # (batch * heads, head_dim, keys)
     output = None
-    for value_level, shape, grid, weight in zip(value.split([h * w for h, w in shapes], dim=-1), shapes, grids,
+    for value_level, shape, grid, weight in zip(value.split([h * w for h, w in shapes], dim=1), shapes, grids,
                                                 weights):
-        value_level = value_level.unflatten(-1, shape).contiguous()  # (batch * heads, head_dim, height, width)
+        # each level's keys sliced first, then laid out in one copy: (batch * heads, head_dim, height, width)
+        value_level = value_level.permute(0, 2, 3, 1).contiguous().to(work).view(batch * heads, head_dim, *shape)
         sampled = F.grid_sample(value_level, grid, mode="bilinear", padding_mode="zeros",
                                 align_corners=False)  # (batch * heads, head_dim, points, queries)
-        level_sum = (sampled * weight).sum(2)  # (batch * heads, head_dim, queries)
-        output = level_sum if output is None else output + level_sum
+        # each point's weighted samples added into the output in place: PyTorch's CPU product and sum over the
+        # points write and read a second such tensor, and the sum over a middle dimension copies it again
+        for point in range(points):
+            if output is None:
+                output = sampled[:, :, point] * weight[:, :, point]  # (batch * heads, head_dim, queries)
+            else:
+                output.addcmul_(sampled[:, :, point], weight[:, :, point])
     assert output is not None  # there is at least one level
     return output.view(batch, heads * head_dim, queries).transpose(1, 2).to(dtype)  # (batch, queries, heads * head_dim)
 
