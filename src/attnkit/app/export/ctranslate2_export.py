@@ -11,7 +11,8 @@ The folder also holds the run's tokenizer (tokenizer.json + tokenizer_config.jso
     ctranslate2.Translator(DIR).translate_batch([tokens], beam_size=1)
 
 gives attnkit's greedy translation. CTranslate2's beam search scores by log P / |Y|^alpha (transformers'
-"power" penalty), not GNMT's ((5 + |Y|) / 6)^alpha, and has no per-sentence length limit: see docs/deploy.md.
+"power" penalty, attnkit's default), stops when beam_size hypotheses ended, and has no per-sentence length
+limit: see docs/deploy.md.
 """
 
 from __future__ import annotations
