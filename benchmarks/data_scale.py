@@ -96,7 +96,7 @@ def timed_run(data: Path, out: Path, steps: int) -> dict[str, float]:
     (wall_10, cpu_10), (wall_end, cpu_end) = marks[10], marks[steps]
     step_wall, step_cpu = (wall_end - wall_10) / (steps - 10), (cpu_end - cpu_10) / (steps - 10)
     peak_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", log).group(1))
-    return {"startup_s": wall_10 - 9 * step_wall, "startup_cpu_s": cpu_10 - 9 * step_cpu,
+    return {"startup_s": wall_10 - 9 * step_wall, "startup_cpu_s": cpu_10 - 9 * step_cpu, "step_10_s": wall_10,
             "steps_per_s": 1 / step_wall, "peak_gb": peak_kb / 1e6, "wall_s": time.perf_counter() - start}
 
 
