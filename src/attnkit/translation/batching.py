@@ -78,7 +78,8 @@ def token_batches(lengths: Sequence[tuple[int, int]] | np.ndarray, max_tokens: i
     lengths = np.asarray(lengths).reshape(-1, 2)  # (pairs, 2), an array's own integer type (not copied)
     rng = np.random.default_rng(seed)
     longest = lengths.max(axis=1)  # (pairs,)
-    ties = rng.permutation(len(lengths)) if shuffle else np.arange(len(lengths))
+    rows = np.arange(len(lengths), dtype=np.int32 if len(lengths) < 2**31 else np.int64)
+    ties = rng.permutation(rows) if shuffle else rows  # the same permutation as rng.permutation(len(lengths))
     order = np.lexsort((ties, lengths[:, 0], longest))  # by longest side, then source length; ties at random
     ends = _batch_ends(longest[order], max_tokens)
     batches = np.split(order, ends[:-1])
@@ -105,11 +106,12 @@ def padding_fraction(batches: Sequence[Sequence[int] | np.ndarray], lengths: Seq
     if not batches:
         return 0.0
     lengths = np.asarray(lengths).reshape(-1, 2)  # (pairs, 2)
-    sizes = np.asarray([len(batch) for batch in batches])
-    rows = lengths[np.concatenate([np.asarray(batch, dtype=np.int64) for batch in batches])]  # (pairs in batches, 2)
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    padded = int((np.maximum.reduceat(rows, starts, axis=0) * sizes[:, None]).sum(dtype=np.int64))
-    return 1.0 - int(rows.sum(dtype=np.int64)) / max(padded, 1)
+    padded, real = 0, 0
+    for batch in batches:  # batch by batch: no copy of millions of rows at once
+        rows = lengths[np.asarray(batch)]  # (batch, 2)
+        padded += int(rows.max(axis=0).sum()) * len(rows)
+        real += int(rows.sum(dtype=np.int64))
+    return 1.0 - real / max(padded, 1)
 
 
 def collate(examples: Sequence[Example]) -> Batch:

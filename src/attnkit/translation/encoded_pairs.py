@@ -35,7 +35,9 @@ class RaggedIds:
 
     @property
     def lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)  # (sentences,)
+        """(sentences,) int32, without an int64 copy of millions of offsets: the offsets are cast to int32 in
+        ufunc buffers, and a difference of two's-complement wrapped values is exact while a sentence fits."""
+        return np.subtract(self.offsets[1:], self.offsets[:-1], dtype=np.int32, casting="unsafe")
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -53,7 +55,8 @@ class EncodedPairs:
 
     def __init__(self, source: RaggedIds, target: RaggedIds, index: np.ndarray | None = None) -> None:
         self.source, self.target = source, target
-        self.index = np.arange(len(source), dtype=np.int64) if index is None else index  # (pairs,) rows kept
+        rows = np.int32 if len(source) < 2**31 else np.int64  # int32: half the memory of millions of pairs
+        self.index = np.arange(len(source), dtype=rows) if index is None else index  # (pairs,) rows kept
 
     @classmethod
     def from_lists(cls, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]) -> EncodedPairs:
@@ -69,7 +72,8 @@ class EncodedPairs:
 
     def keep(self, max_length: int) -> tuple[EncodedPairs, int]:
         """The pairs whose sides are within MAX_LENGTH tokens, and how many were dropped."""
-        kept = self.lengths.max(axis=1) <= max_length
+        kept = self.source.lengths[self.index] < max_length  # with </s> or <s>: length + 1 <= max_length
+        kept &= self.target.lengths[self.index] < max_length
         return EncodedPairs(self.source, self.target, self.index[kept]), int((~kept).sum())
 
     def __len__(self) -> int:
