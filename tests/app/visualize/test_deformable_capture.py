@@ -16,14 +16,6 @@ from attnkit.detection.variants import multi_scale_deformable_attention as msda
 from attnkit.errors import UserError
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def tiny_fast(**fields):
     """The tiny preset as `fast` (deformable attention, two-stage, the lite encoder), two decoder layers."""
     torch.manual_seed(0)

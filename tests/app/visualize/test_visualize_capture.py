@@ -20,14 +20,6 @@ from attnkit.translation.model import Seq2SeqConfig, Seq2SeqTransformer
 from attnkit.translation.tokenizer import PAD_ID
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def tiny_translator(positional: str = "sinusoidal") -> Seq2SeqTransformer:
     torch.manual_seed(0)
     config = Seq2SeqConfig(d_model=16, num_heads=2, num_encoder_layers=2, num_decoder_layers=2, d_ff=32, dropout=0.1,
