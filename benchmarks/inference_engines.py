@@ -135,7 +135,6 @@ def translation_engines(run: Path, work: Path, threads: int, beam: int, max_leng
                 from attnkit.app.export.ort_translator import OrtTranslator
 
                 translator = OrtTranslator(onnx, threads=threads, quantize=quantize)
-                calm_sessions(translator.model, onnx, threads, quantize)
             else:
                 translator = load_translator(run, "best", backend, quantize)
             limit = translator.config.max_length if max_length is None else max_length
@@ -160,22 +159,6 @@ def translation_engines(run: Path, work: Path, threads: int, beam: int, max_leng
         attempt(f"CTranslate2 {compute}", lambda compute=compute: ctranslate2_translate(
             exported(run, work, "ctranslate2"), compute, threads, beam, max_length), "attnkit export ctranslate2")
     return engines
-
-
-def calm_sessions(model, onnx: Path, threads: int, quantize: str | None) -> None:
-    """The ONNX Runtime translator's sessions again, with idle threads that sleep (as `OrtDetector`'s do)."""
-    import onnxruntime
-
-    from attnkit.app.export.int8 import int8_name
-    from attnkit.app.export.onnx_export import DECODER_FILE, ENCODER_FILE
-
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    name = int8_name if quantize else (lambda graph: graph)
-    model.encoder, model.decoder = (onnxruntime.InferenceSession(str(onnx / name(graph)), options,
-                                                                 providers=["CPUExecutionProvider"])
-                                    for graph in (ENCODER_FILE, DECODER_FILE))
 
 
 def translate_with(translator, texts: list[str], beam: int, max_length: int) -> list[str]:
@@ -280,18 +263,15 @@ def detection_engines(run: Path, work: Path, threads: int, selected: list[str] |
                     for s, la, b in zip(scores, labels, boxes)]
         return predict
 
-    def ort_session(path: Path):
-        import onnxruntime
+    def session(path: Path):
+        from attnkit.app.export.backends import ort_session
 
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # as OrtDetector
-        return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        return ort_session(path, threads)
 
     attempt("attnkit float32", lambda: attnkit_mode(None))
     attempt("attnkit int8", lambda: attnkit_mode("int8"))
-    attempt("ONNX Runtime float32", lambda: graph_mode(ort_session, False), "attnkit export onnx")
-    attempt("ONNX Runtime int8", lambda: graph_mode(ort_session, True), "attnkit export onnx --int8")
+    attempt("ONNX Runtime float32", lambda: graph_mode(session, False), "attnkit export onnx")
+    attempt("ONNX Runtime int8", lambda: graph_mode(session, True), "attnkit export onnx --int8")
     attempt("OpenVINO float32", lambda: graph_mode(lambda p: openvino_model(p, threads), False), "the ONNX graph")
     attempt("OpenVINO int8", lambda: graph_mode(lambda p: openvino_model(p, threads), True), "the --int8 graph")
     attempt("transformers float32", lambda: transformers_detect(exported(run, work, "hf"), run), "attnkit export hf")

@@ -35,6 +35,22 @@ def export_folder(run: Path, weights: str) -> Path:
     return folder
 
 
+def ort_session(graph: Path | str, threads: int | None = None):
+    """An ONNX Runtime CPU session on GRAPH whose idle threads sleep instead of spinning.
+
+    Both backends run torch beside the session (preprocessing, beam bookkeeping), and torch's threads spin a
+    while when idle, as ORT's do by default: with both spinning, a call took up to 3.4x as long (BENCHMARKS.md,
+    "Deploy"), and translation 6-8 sentences/s against 56-76 on a busy machine ("Inference engines").
+    """
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+
+
 def load_detector(run: Path, weights: str, device, backend: str, quantize: str | None = None):
     _check(backend, quantize)
     if backend == "onnxruntime":

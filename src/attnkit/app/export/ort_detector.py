@@ -8,6 +8,7 @@ from typing import cast
 
 import torch
 
+from attnkit.app.export.backends import ort_session
 from attnkit.app.export.int8 import graph_file
 from attnkit.app.export.onnx_export import DETECTOR_FILE, read_manifest
 from attnkit.detection.config import DetectionConfig
@@ -19,18 +20,9 @@ class OrtDetector:
 
     def __init__(self, folder: Path | str, threads: int | None = None, quantize: str | None = None) -> None:
         """QUANTIZE="int8": the graph's int8 twin (`int8.py`; written into FOLDER on first use)."""
-        import onnxruntime
-
         manifest = read_manifest(Path(folder), "detection")
         self.config = DetectionConfig.from_dict(manifest["config"])
-        options = onnxruntime.SessionOptions()
-        if threads:
-            options.intra_op_num_threads = threads
-        # the preprocessing runs in torch, whose threads spin a while when idle, as ORT's do by default: with
-        # both spinning, a call took up to 3.4x as long (BENCHMARKS.md, "Deploy")
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        graph = graph_file(Path(folder), manifest, DETECTOR_FILE, quantize)
-        self.session = onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+        self.session = ort_session(graph_file(Path(folder), manifest, DETECTOR_FILE, quantize), threads)
         self.pipeline = DetectionPipeline(self.config)
 
     def predict(self, images: ImageInput | Sequence[ImageInput], threshold: float = 0.5) -> list[Detections]:

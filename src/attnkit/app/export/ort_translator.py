@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from attnkit.app.export.backends import ort_session
 from attnkit.app.export.int8 import graph_file
 from attnkit.app.export.onnx_export import DECODER_FILE, ENCODER_FILE, read_manifest
 from attnkit.translation.config import TranslationConfig
@@ -51,15 +52,8 @@ class OrtSeq2Seq:
     """The encoder and decoder-step graphs behind the `EncoderDecoder` protocol."""
 
     def __init__(self, folder: Path, manifest: dict, threads: int | None = None, quantize: str | None = None) -> None:
-        import onnxruntime
-
-        options = onnxruntime.SessionOptions()
-        if threads:
-            options.intra_op_num_threads = threads
-        providers = ["CPUExecutionProvider"]
-        encoder, decoder = (str(graph_file(folder, manifest, name, quantize)) for name in (ENCODER_FILE, DECODER_FILE))
-        self.encoder = onnxruntime.InferenceSession(encoder, options, providers=providers)
-        self.decoder = onnxruntime.InferenceSession(decoder, options, providers=providers)
+        self.encoder, self.decoder = (ort_session(graph_file(folder, manifest, name, quantize), threads)
+                                      for name in (ENCODER_FILE, DECODER_FILE))
         self.shape = (manifest["layers"], manifest["heads"], manifest["head_dim"])
 
     def encode(self, source: Tensor, source_padding_mask: Tensor) -> OrtEncoded:
