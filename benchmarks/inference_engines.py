@@ -9,7 +9,9 @@ and int8 (`attnkit export onnx --int8`, `--backend onnxruntime`), OpenVINO on th
 (`attnkit export hf`, `generate`) and CTranslate2 float32 and int8 (`attnkit export ctranslate2`). Detection:
 attnkit float32 and int8, ONNX Runtime float32 and int8, OpenVINO, transformers where `export hf` takes the model.
 With --opus-size also a random-weight translation model of opus-mt's size (d_model 512, 6+6 layers, 58k
-vocabulary) on random sentences: speed only, every engine decodes to the same length limit.
+vocabulary) on random sentences: speed only. Random weights end hypotheses anywhere, so there every engine
+generates exactly --opus-max-length tokens a sentence (</s> included: the end token is banned before the limit
+and forced at it; CTranslate2 min_decoding_length, transformers min_length), the same work in every engine.
 
 Every engine gets THREADS intra-op threads and the same inputs; the engines take turns in one process (round
 r runs them in a rotated order), so a busy machine slows all alike. Reported per engine: sentences (images)/s
@@ -122,8 +124,8 @@ def attempter(engines: list[Engine], selected: list[str] | None) -> Callable[...
 
 
 def translation_engines(run: Path, work: Path, threads: int, beam: int, max_length: int | None,
-                        selected: list[str] | None = None) -> list[Engine]:
-    """The engines on RUN."""
+                        selected: list[str] | None = None, fixed: bool = False) -> list[Engine]:
+    """The engines on RUN; FIXED: every engine generates exactly MAX_LENGTH tokens a sentence (</s> included)."""
     from attnkit.app.export.backends import load_translator
 
     engines: list[Engine] = []
@@ -138,7 +140,7 @@ def translation_engines(run: Path, work: Path, threads: int, beam: int, max_leng
             else:
                 translator = load_translator(run, "best", backend, quantize)
             limit = translator.config.max_length if max_length is None else max_length
-            return lambda texts: translate_with(translator, texts, beam, limit)
+            return lambda texts: translate_with(translator, texts, beam, limit, fixed)
         return build
 
     attempt("attnkit float32", attnkit_mode("pytorch", None))
@@ -152,23 +154,30 @@ def translation_engines(run: Path, work: Path, threads: int, beam: int, max_leng
     attempt("ONNX Runtime int8", attnkit_mode("onnxruntime", "int8"), "attnkit export onnx --int8, no spinning")
     for int8 in (False, True):
         attempt(f"OpenVINO {'int8' if int8 else 'float32'}", lambda int8=int8: openvino_translate(
-            onnx, threads, beam, max_length, int8), "the ONNX graphs" + (" of --int8" if int8 else ""))
-    attempt("transformers float32", lambda: transformers_translate(exported(run, work, "hf"), beam, max_length),
+            onnx, threads, beam, max_length, int8, fixed), "the ONNX graphs" + (" of --int8" if int8 else ""))
+    attempt("transformers float32", lambda: transformers_translate(exported(run, work, "hf"), beam, max_length, fixed),
             "attnkit export hf, generate")
     for compute in ("float32", "int8"):
         attempt(f"CTranslate2 {compute}", lambda compute=compute: ctranslate2_translate(
-            exported(run, work, "ctranslate2"), compute, threads, beam, max_length), "attnkit export ctranslate2")
+            exported(run, work, "ctranslate2"), compute, threads, beam, max_length, fixed),
+            "attnkit export ctranslate2")
     return engines
 
 
-def translate_with(translator, texts: list[str], beam: int, max_length: int) -> list[str]:
+def translate_with(translator, texts: list[str], beam: int, max_length: int, fixed: bool = False) -> list[str]:
+    """FIXED: exactly MAX_LENGTH output tokens (</s> banned before, forced there); else the run's own rules."""
+    from dataclasses import replace
+
     from attnkit.translation.translator import translate_texts
 
+    rules = translator.config.decoding
+    if fixed:
+        rules = replace(rules, min_output_length=max_length, max_output_length=max_length)
     return translate_texts(translator.model, translator.tokenizer, texts, beam, translator.config.length_penalty,
-                           max_length=max_length, rules=translator.config.decoding)
+                           max_length=max_length, rules=rules)
 
 
-def openvino_translate(onnx: Path, threads: int, beam: int, max_length: int | None, int8: bool):
+def openvino_translate(onnx: Path, threads: int, beam: int, max_length: int | None, int8: bool, fixed: bool):
     from attnkit.app.export.int8 import int8_name
     from attnkit.app.export.onnx_export import DECODER_FILE, ENCODER_FILE
     from attnkit.app.export.ort_translator import OrtTranslator
@@ -178,26 +187,28 @@ def openvino_translate(onnx: Path, threads: int, beam: int, max_length: int | No
     translator.model.encoder = openvino_model(onnx / name(ENCODER_FILE), threads)
     translator.model.decoder = openvino_model(onnx / name(DECODER_FILE), threads)
     limit = translator.config.max_length if max_length is None else max_length
-    return lambda texts: translate_with(translator, texts, beam, limit)
+    return lambda texts: translate_with(translator, texts, beam, limit, fixed)
 
 
-def transformers_translate(folder: Path, beam: int, max_length: int | None):
+def transformers_translate(folder: Path, beam: int, max_length: int | None, fixed: bool = False):
     from transformers import AutoTokenizer, MarianMTModel
 
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = MarianMTModel.from_pretrained(folder).eval()
-    limit = max_length or model.generation_config.max_length
+    limit = max_length + 1 if max_length else model.generation_config.max_length  # generate counts the start token
+    least = {"min_length": limit} if fixed else {}
 
     @torch.no_grad()
     def run(texts: list[str]) -> list[str]:
         inputs = tokenizer(texts, return_tensors="pt", padding=True)
-        outputs = model.generate(**inputs, num_beams=beam, max_length=limit)
+        outputs = model.generate(**inputs, num_beams=beam, max_length=limit, **least)
         return tokenizer.batch_decode(outputs, skip_special_tokens=True)
 
     return run
 
 
-def ctranslate2_translate(folder: Path, compute: str, threads: int, beam: int, max_length: int | None):
+def ctranslate2_translate(folder: Path, compute: str, threads: int, beam: int, max_length: int | None,
+                          fixed: bool = False):
     import ctranslate2
     from transformers import AutoTokenizer
 
@@ -205,10 +216,11 @@ def ctranslate2_translate(folder: Path, compute: str, threads: int, beam: int, m
     translator = ctranslate2.Translator(str(folder), device="cpu", compute_type=compute, intra_threads=threads,
                                        inter_threads=1)
     limit = max_length or tokenizer.model_max_length
+    least = {"min_decoding_length": limit} if fixed else {}
 
     def run(texts: list[str]) -> list[str]:
         tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(texts).input_ids]
-        results = translator.translate_batch(tokens, beam_size=beam, max_decoding_length=limit)
+        results = translator.translate_batch(tokens, beam_size=beam, max_decoding_length=limit, **least)
         return tokenizer.batch_decode([tokenizer.convert_tokens_to_ids(r.hypotheses[0]) for r in results],
                                       skip_special_tokens=True)
 
@@ -502,9 +514,9 @@ def main() -> int:
     if args.opus_size and "opus" in wanted:
         run, texts = opus_size_run(args.work / "opus-size", args.opus_sentences, args.opus_max_length)
         tasks.append(("opus", f"Translation, opus-mt's size, random weights (beam {args.beam}, "
-                      f"{args.opus_max_length} tokens at most)", "sentences",
+                      f"exactly {args.opus_max_length} tokens out, </s> included)", "sentences",
                       lambda: translation_engines(run, args.work, args.threads, args.beam, args.opus_max_length,
-                                                  selected),
+                                                  selected, fixed=True),
                       texts, 8, lambda out: {}, lambda out: statistics.mean(len(o.split()) for o in out)))
     if args.detection_run and "detection" in wanted:
         data = args.detection_data or args.work / "shapes"
