@@ -312,6 +312,8 @@ def contest(args) -> dict:
             arm.use_cpu_clock(args.threads)
         print(f"{arm.name}: {parameters(arm.model) / 1e6:.2f}M parameters", file=sys.stderr)
     every_s = 60 * args.eval_every
+    partial = args.out / f"partial_{args.dataset}_{args.size}_{args.preset}_{args.rtdetr}_{os.getpid()}.json"
+    print(f"points so far: {partial}", file=sys.stderr)
     while any(arm.spent < budget_s for arm in arms):
         for arm in arms:
             if arm.spent >= budget_s:
@@ -321,15 +323,22 @@ def contest(args) -> dict:
             if arm.spent >= next_eval - 1e-6 or arm.spent >= budget_s:
                 point = {"minutes": round(arm.spent / 60, 2), "steps": arm.steps, **arm.evaluate()}
                 arm.points.append(point)
-                print(f"{arm.name}: {json.dumps(point)}", file=sys.stderr)
-    result = {"kind": "train", "dataset": args.dataset, "size": args.size, "preset": args.preset,
-              "rtdetr": args.rtdetr, "minutes": args.minutes, "chunk_s": args.chunk, "threads": args.threads,
-              "amp": "bf16" if amp else "off", "clock": args.clock, "rtdetr_queries": rtdetr_queries(args.size),
-              "backbone_lr": args.backbone_lr, "queries": config.model.num_queries,
-              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-              "arms": {arm.name: {"parameters": parameters(arm.model), "points": arm.points} for arm in arms}}
+                print(f"{time.strftime('%H:%M:%S')} {arm.name}: {json.dumps(point)}", file=sys.stderr)
+                partial.write_text(json.dumps(contest_result(args, config, amp, arms)) + "\n")  # a cut run keeps them
+    result = contest_result(args, config, amp, arms)
+    partial.unlink()
     print("\n".join(contest_table(result)))
     return result
+
+
+def contest_result(args, config, amp: bool, arms: list[Arm]) -> dict:
+    """The contest's settings and each arm's points so far."""
+    return {"kind": "train", "dataset": args.dataset, "size": args.size, "preset": args.preset,
+            "rtdetr": args.rtdetr, "minutes": args.minutes, "chunk_s": args.chunk, "threads": args.threads,
+            "amp": "bf16" if amp else "off", "clock": args.clock, "rtdetr_queries": rtdetr_queries(args.size),
+            "backbone_lr": args.backbone_lr, "queries": config.model.num_queries,
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "arms": {arm.name: {"parameters": parameters(arm.model), "points": arm.points} for arm in arms}}
 
 
 def contest_table(result: dict) -> list[str]:
