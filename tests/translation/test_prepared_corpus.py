@@ -1,9 +1,14 @@
 """The prepared corpus: built once, found again, rebuilt when a file or a tokenizer setting changes, never half-written;
-its memory-mapped ids are the tokenizer's, and its batches are `collate`'s."""
+its ids (read by position from the files) are the tokenizer's, and its batches are `collate`'s."""
 
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +17,7 @@ import torch
 from attnkit.translation import prepared_corpus
 from attnkit.translation.batching import collate, make_examples
 from attnkit.translation.data import SentencePair, write_tsv
+from attnkit.translation.file_vector import FileVector
 from attnkit.translation.prepared_corpus import (
     CorpusFiles,
     TokenizerSettings,
@@ -58,7 +64,8 @@ def test_the_cache_holds_the_tokenizers_ids_and_is_found_again(corpus_files, mon
     first = prepare_corpus(corpus_files, settings)
     assert first.folder.parent == corpus_files.paths["train"].parent / ".attnkit-cache" / "translation"
     train = first.encoded("train")
-    assert isinstance(train.source.ids, np.memmap) and len(train) == 300
+    assert isinstance(train.source.ids, FileVector) and len(train) == 300  # read by position, not mapped
+    assert train.source.lengths.dtype == np.uint8  # sentences under 255 tokens: a byte each
     texts = pairs(300)
     assert [train.source.sentence(i).tolist() for i in range(300)] == first.tokenizer.encode_source(
         [p.source for p in texts])
@@ -104,6 +111,41 @@ def test_an_interrupted_preparation_leaves_no_cache(corpus_files, monkeypatch):
     assert len(prepare_corpus(corpus_files, TokenizerSettings(vocab_size=60)).encoded("train")) == 300
 
 
+def test_a_cache_of_an_older_format_is_not_read_but_rebuilt(corpus_files, monkeypatch):
+    built = builds(monkeypatch)
+    monkeypatch.setattr(prepared_corpus, "FORMAT_VERSION", prepared_corpus.FORMAT_VERSION - 1)
+    old = prepare_corpus(corpus_files, TokenizerSettings(vocab_size=60))
+    monkeypatch.setattr(prepared_corpus, "FORMAT_VERSION", prepared_corpus.FORMAT_VERSION + 1)
+    new = prepare_corpus(corpus_files, TokenizerSettings(vocab_size=60))
+    assert new.folder != old.folder and len(built) == 2
+    assert new.manifest["format"] == old.manifest["format"] + 1
+    assert prepare_corpus(corpus_files, TokenizerSettings(vocab_size=60)).folder == new.folder and len(built) == 2
+
+
+def test_a_killed_builds_temporary_folder_is_removed_by_the_next_build(corpus_files):
+    root = corpus_files.paths["train"].parent / ".attnkit-cache" / "translation"
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid, host = int(gone.stdout), socket.gethostname()
+
+    def building(pid: int, host: str, age_seconds: float = 0) -> Path:
+        folder = root / f".building-{'a' * 24}-{pid}-0123abcd-{host}"
+        folder.mkdir(parents=True)
+        (folder / "train.source.ids").write_bytes(b"12")
+        for path in (folder / "train.source.ids", folder):
+            os.utime(path, (time.time() - age_seconds, time.time() - age_seconds))
+        return folder
+
+    killed = building(dead_pid, host)  # kill -9 on this machine: its process is gone
+    running = building(os.getpid(), host)  # a build in progress here
+    elsewhere = building(dead_pid, "another-machine")  # on a shared disk: its pid means nothing here
+    abandoned = building(dead_pid, "another-machine-2", age_seconds=2 * 86400)  # but unchanged for two days
+    older = root / f".building-{'b' * 24}-{dead_pid}-0123abcd"  # named before hosts were recorded
+    older.mkdir()
+    prepare_corpus(corpus_files, TokenizerSettings(vocab_size=60))
+    assert not killed.exists() and not abandoned.exists()
+    assert running.exists() and elsewhere.exists() and older.exists()
+
+
 def test_the_cache_folder_can_be_named(corpus_files, tmp_path, monkeypatch):
     monkeypatch.setenv(prepared_corpus.CACHE_ENVIRONMENT, str(tmp_path / "elsewhere"))
     corpus = prepare_corpus(corpus_files, TokenizerSettings(vocab_size=60))
@@ -121,6 +163,7 @@ def test_batches_from_the_arrays_are_collates(corpus_files):
     for name in ("source", "target_input", "target_output"):
         torch.testing.assert_close(getattr(batch, name), getattr(expected, name))
     assert encoded.lengths.tolist() == [list(e.lengths) for e in examples]
+    assert encoded.lengths.dtype == np.uint8
     short, dropped = encoded.keep(max_length=5)
     assert dropped == sum(max(e.lengths) > 5 for e in examples) > 0
     assert len(short) == 300 - dropped and short.lengths.max() <= 5

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 import torch
 
 from attnkit.errors import CheckpointError
-from attnkit.translation.batching import collate, make_examples, padding_fraction, token_batches
+from attnkit.translation.batching import TokenBatches, collate, make_examples, padding_fraction, token_batches
 from attnkit.translation.tokenizer import BOS_ID, EOS_ID, PAD_ID, SubwordTokenizer
 
 SOURCES = ["the cat sat on the mat", "the dog sat on the log", "a cat and a dog", "the mat is red"] * 5
@@ -48,6 +49,29 @@ def test_token_batches_respect_budget_and_cover_everything():
     as_lists = [batch.tolist() for batch in batches]
     assert [batch.tolist() for batch in token_batches(lengths, 200, seed=1)] == as_lists
     assert [batch.tolist() for batch in token_batches(lengths, 200, seed=2)] != as_lists
+
+
+def test_batches_of_a_large_corpus_are_ranges_of_one_order_sorted_by_length():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 120, size=(20_000, 2)).astype(np.uint8)  # a prepared corpus's small type
+    batches = token_batches(lengths, max_tokens=1000, seed=3)
+    assert isinstance(batches, TokenBatches) and len(batches.order) == 20_000
+    covered = np.concatenate(list(batches))
+    assert np.array_equal(np.sort(covered), np.arange(20_000))  # every pair exactly once
+    longest = lengths.max(axis=1).astype(np.int64)
+    sizes = [len(batch) * int(longest[batch].max()) for batch in batches]
+    assert max(sizes) <= 1000 and np.mean(sizes) > 900  # within the budget, and nearly full
+    assert all(np.ptp(longest[batch]) <= 1 for batch in batches[:50])  # one length (or two at a seam)
+    assert all(batch.base is batches.order for batch in batches[:50])  # views of the one order array, not copies
+    again = token_batches(lengths, max_tokens=1000, seed=3)
+    assert np.array_equal(again.order, batches.order) and np.array_equal(again.starts, batches.starts)
+    other = token_batches(lengths, max_tokens=1000, seed=4)  # another epoch: other ties, other batch order
+    assert not np.array_equal(other.order, batches.order) and not np.array_equal(other.starts, batches.starts)
+    share = batches[1::2]  # a process's share (`distributed.shard`)
+    assert isinstance(share, TokenBatches) and len(share) == len(batches) // 2
+    assert np.array_equal(share[2], batches[5])
+    unshuffled = token_batches(lengths, max_tokens=1000, shuffle=False)
+    assert np.all(np.diff(longest[unshuffled.order]) >= 0) and np.all(np.diff(unshuffled.starts) > 0)
 
 
 def test_padding_fraction_by_hand():

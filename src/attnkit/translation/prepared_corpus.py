@@ -6,14 +6,18 @@ corpus size. This is the same for attnkit's corpora. The first start (or `attnki
 translation DIR`) reads the split files twice, streaming: once to sample at most
 `TRAINING_SAMPLE_PAIRS` pairs for BPE, once to encode everything in chunks with the tokenizers'
 batch encoding (on every core, in a thread beside the reading). Later starts, resumes and the other
-processes of a torchrun job map the arrays and read only the batches they train on.
+processes of a torchrun job load each split's lengths (a byte or two a sentence, all that batching
+needs) and read the ids of only the batches they train on, by position from the files
+(`file_vector.py`): memory flat in the corpus's size.
 
 The cache folder (`DIR/.attnkit-cache/<key>`, or under $ATTNKIT_DATA_CACHE) is keyed by a hash of
 the files (path, size, modification time, the first and last MiB), the reading settings
 (languages, max_chars, skip_bad), the tokenizer (its settings when trained here, else its
 vocabulary and merges) and FORMAT_VERSION: a changed file or setting gets a new folder, never a
 stale one. It is built in a temporary folder and renamed into place, so an interrupted
-preparation leaves nothing that a later start would read.
+preparation leaves nothing that a later start would read; a build killed outright (kill -9, a
+power cut) leaves its temporary folder, which the next build removes once its process is gone
+or nothing in it changed for a day (another machine's, on a shared disk).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -34,16 +39,19 @@ import numpy as np
 
 from attnkit.errors import DataError
 from attnkit.translation.data import Corpus, PairReader, ReadReport, SentencePair
-from attnkit.translation.encoded_pairs import EncodedPairs, RaggedIds
+from attnkit.translation.encoded_pairs import EncodedPairs, RaggedIds, length_type
+from attnkit.translation.file_vector import FileVector
 from attnkit.translation.tokenizer import TRAINING_SAMPLE_PAIRS, SubwordTokenizer
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: each split's lengths stored (uint8/uint16); ids read by position, not mapped
 CACHE_FOLDER = ".attnkit-cache"
 CACHE_ENVIRONMENT = "ATTNKIT_DATA_CACHE"  # a folder for every corpus's cache, when beside the data will not do
 MANIFEST = "manifest.json"
 CHUNK_PAIRS = 20_000
 EDGE_BYTES = 1 << 20  # the file's first and last MiB go into its identity
 PROGRESS_SECONDS = 5.0
+STALE_BUILD_SECONDS = 24 * 3600  # a temporary folder unchanged this long is a dead build's
+BUILDING = ".building-"
 
 Say = Callable[[str], None]
 
@@ -101,7 +109,7 @@ class PreparedCorpus:
         return [info["summary"] for info in self.manifest["splits"].values()]
 
     def encoded(self, split: str) -> EncodedPairs:
-        """SPLIT's token ids, memory-mapped: nothing is read until a batch needs it."""
+        """SPLIT's token ids, left in the files (read a batch at a time), and their lengths, in memory."""
         return EncodedPairs(self._ragged(split, "source"), self._ragged(split, "target"))
 
     def texts(self, split: str) -> Corpus:
@@ -113,11 +121,9 @@ class PreparedCorpus:
         return Corpus(pairs, report, self.manifest["source_lang"], self.manifest["target_lang"])
 
     def _ragged(self, split: str, side: str) -> RaggedIds:
-        offsets = np.load(self.folder / f"{split}.{side}.offsets.npy", mmap_mode="r")
-        path = self.folder / f"{split}.{side}.ids"
-        dtype = np.dtype(self.manifest["dtype"])
-        ids = np.memmap(path, dtype=dtype, mode="r") if path.stat().st_size else np.zeros(0, dtype)
-        return RaggedIds(ids, offsets)
+        ids = FileVector(self.folder / f"{split}.{side}.ids", np.dtype(self.manifest["dtype"]))
+        offsets = FileVector.npy(self.folder / f"{split}.{side}.offsets.npy")
+        return RaggedIds(ids, offsets, np.load(self.folder / f"{split}.{side}.lengths.npy"))
 
 
 def prepare_corpus(files: CorpusFiles, tokenizer: TokenizerSettings | SubwordTokenizer, cache: Path | None = None,
@@ -163,7 +169,8 @@ def _build(files: CorpusFiles, tokenizer: TokenizerSettings | SubwordTokenizer, 
            say: Say) -> None:
     """Write the cache folder in a temporary sibling, then rename it into place (atomically)."""
     folder.parent.mkdir(parents=True, exist_ok=True)
-    building = folder.parent / f".building-{folder.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    remove_stale_builds(folder.parent)
+    building = folder.parent / f"{BUILDING}{folder.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}-{socket.gethostname()}"
     building.mkdir()
     try:
         if isinstance(tokenizer, TokenizerSettings):
@@ -188,6 +195,35 @@ def _build(files: CorpusFiles, tokenizer: TokenizerSettings | SubwordTokenizer, 
     except BaseException:
         shutil.rmtree(building, ignore_errors=True)
         raise
+
+
+def remove_stale_builds(root: Path, now: float | None = None) -> list[Path]:
+    """Remove the temporary folders under ROOT of builds that died: their process (on this machine) is gone, or
+    nothing in them changed for `STALE_BUILD_SECONDS`. Returns the folders removed."""
+    now = time.time() if now is None else now
+    removed = []
+    for building in root.glob(f"{BUILDING}*"):
+        parts = building.name.split("-", 4)  # .building, cache folder, pid, random, host (older builds: no host)
+        try:
+            newest = max([building.stat().st_mtime] + [entry.stat().st_mtime for entry in os.scandir(building)])
+        except OSError:  # being renamed or removed by its own process
+            continue
+        dead = len(parts) == 5 and parts[4] == socket.gethostname() and parts[2].isdigit() \
+            and not _alive(int(parts[2]))
+        if dead or now - newest > STALE_BUILD_SECONDS:
+            shutil.rmtree(building, ignore_errors=True)
+            removed.append(building)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        pass
+    return True
 
 
 def _train_tokenizer(reader: PairReader, settings: TokenizerSettings, say: Say) -> SubwordTokenizer:
@@ -228,7 +264,7 @@ def reservoir_sample(pairs: Iterable[SentencePair], size: int, seed: int = 0) ->
 
 def _encode_split(reader: PairReader, tokenizer: SubwordTokenizer, folder: Path, split: str, dtype: type,
                   say: Say) -> dict:
-    """SPLIT's ids and offsets files (and for valid and test its texts), written chunk by chunk."""
+    """SPLIT's ids, offsets and lengths files (and for valid and test its texts), written chunk by chunk."""
     lengths: dict[str, list[np.ndarray]] = {"source": [], "target": []}
     started = last_said = time.perf_counter()
     count = 0
@@ -253,7 +289,9 @@ def _encode_split(reader: PairReader, tokenizer: SubwordTokenizer, folder: Path,
     if count == 0:
         raise DataError(f"{reader.report.source}: the {split} split has no usable sentence pairs")
     for side, parts in lengths.items():
-        np.save(folder / f"{split}.{side}.offsets.npy", np.concatenate([[0], np.cumsum(np.concatenate(parts))]))
+        side_lengths = np.concatenate(parts)  # (pairs,) int64
+        np.save(folder / f"{split}.{side}.offsets.npy", np.concatenate([[0], np.cumsum(side_lengths)]))
+        np.save(folder / f"{split}.{side}.lengths.npy", side_lengths.astype(length_type(int(side_lengths.max()))))
     say(f"data: {split}: {count:,} pairs encoded in {time.perf_counter() - started:.0f} s")
     return {"pairs": count, "source": reader.report.source, "summary": reader.report.summary()}
 

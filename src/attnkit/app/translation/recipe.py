@@ -32,7 +32,15 @@ from attnkit.training import Budget, FitResult, LoopConfig, Trainer, distributed
 from attnkit.training.fused_optimizer import fused_options
 from attnkit.training.messages import note
 from attnkit.training.precision import resolve_amp
-from attnkit.translation.batching import Batch, Example, collate, make_examples, padding_fraction, token_batches
+from attnkit.translation.batching import (
+    Batch,
+    Example,
+    TokenBatches,
+    collate,
+    make_examples,
+    padding_fraction,
+    token_batches,
+)
 from attnkit.translation.config import (
     TranslationConfig,
     build_model,
@@ -152,7 +160,7 @@ class TranslationTask:
         # lr 1.0: `lr_factor` is the rate itself
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1.0, betas=config.adam_betas, eps=config.adam_eps,
                                           **fused_options(self.device))
-        self.lengths = train.lengths  # (pairs, 2), from the offsets: no object per pair
+        self.lengths = train.lengths  # (pairs, 2), a byte or two each: no object per pair
         self.valid = Corpus(valid.pairs[:config.eval_sentences], valid.report)
         sources = tokenizer.encode_source([p.source for p in self.valid.pairs])
         targets = tokenizer.encode_target([p.target for p in self.valid.pairs])
@@ -163,7 +171,7 @@ class TranslationTask:
         config = self.config
         return inverse_sqrt_lr(step + 1, config.model.d_model, config.warmup_steps, config.lr_scale)
 
-    def batches(self, epoch: int) -> list[np.ndarray]:
+    def batches(self, epoch: int) -> TokenBatches:
         """The epoch's batches as example indices, the same in the same order for the same epoch (seeded)."""
         return token_batches(self.lengths, self.config.max_tokens, seed=self.config.seed * 100_003 + epoch)
 
