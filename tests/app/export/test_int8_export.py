@@ -36,6 +36,18 @@ def test_export_int8_writes_integer_graphs_beside_the_float_ones(translator_int8
         assert "MatMulInteger" not in float_ops
 
 
+def test_every_weight_product_of_a_decoder_step_is_integer_the_tied_output_projection_too(translator_int8_export):
+    graph = onnx.load(str(translator_int8_export / "decoder_step.int8.onnx")).graph
+    layers = json.loads((translator_int8_export / MANIFEST).read_text())["layers"]
+    integer = [node for node in graph.node if node.op_type == "MatMulInteger"]
+    # per layer W^Q W^K W^V (packed), W^O, cross-attention's W^Q and W^O, W1, W2; then the output projection
+    assert len(integer) == 6 * layers + 1
+    initializers = {tensor.name: tuple(tensor.dims) for tensor in graph.initializer}
+    vocab = initializers["embed.table.weight"][0]
+    assert any(initializers.get(node.input[1], ())[-1:] == (vocab,) for node in integer)  # (d_model, vocab) int8
+    assert all(node.input[1] not in initializers for node in graph.node if node.op_type == "MatMul")  # Q K^T, A V
+
+
 def test_int8_decoder_step_runs_near_float(translator_int8_export):
     from attnkit.app.export.ort_translator import OrtTranslator
 

@@ -1,11 +1,15 @@
 """int8 ONNX graphs beside the float ones: ONNX Runtime's dynamic quantization of an export folder.
 
 `onnxruntime.quantization.quantize_dynamic` stores the weights of MatMul and Gemm nodes whose
-weight is a constant as int8 (QInt8, one scale per tensor) and quantizes their activations per
-call (uint8), as `attnkit.nn.quantize` does in PyTorch; unlike PyTorch's, it also reaches the
-matrices that the model reads as tensors (attention's packed W^Q, W^K, W^V, a tied output
-projection), since in the graph they are constants too. `detector.onnx` gets `detector.int8.onnx`;
-the manifest lists them under "int8_graphs".
+weight is a constant as int8 (QInt8, one scale per output column: rows of a tied embedding differ
+in range) and quantizes their activations per call (uint8, one scale per tensor), as
+`attnkit.nn.quantize` does in PyTorch. The quantizer takes a MatMul only when its
+weight is an initializer, and in the exported graph some are computed from one: the tied output
+projection is Transpose(embedding), a slice of the packed W^Q, W^K, W^V is Split(in_proj_weight).
+So each graph is first constant-folded by ONNX Runtime's basic, provider-independent optimizations
+(what `onnxruntime.quantization`'s pre-processing runs), which gives those products initializers of
+their own; the embedding stays float for its Gather, the output projection becomes an int8 copy.
+`detector.onnx` gets `detector.int8.onnx`; the manifest lists them under "int8_graphs".
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import tempfile
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,13 +41,28 @@ def quantize_export(folder: Path) -> list[Path]:
     written = []
     for graph in manifest["graphs"]:
         target = folder / int8_name(graph)
-        with warnings.catch_warnings(), _quiet_root_logger():
+        with warnings.catch_warnings(), _quiet_root_logger(), tempfile.TemporaryDirectory() as scratch:
             warnings.simplefilter("ignore")
-            quantize_dynamic(folder / graph, target, op_types_to_quantize=QUANTIZED_OPS, weight_type=QuantType.QInt8)
+            folded = fold_constants(folder / graph, Path(scratch) / graph)
+            quantize_dynamic(folded, target, op_types_to_quantize=QUANTIZED_OPS, weight_type=QuantType.QInt8,
+                             per_channel=True)
         written.append(target)
     manifest["int8_graphs"] = [path.name for path in written]
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=1))
     return written
+
+
+def fold_constants(graph: Path, out: Path) -> Path:
+    """GRAPH with its constant subgraphs computed (ONNX Runtime's basic level), written to OUT; OUT."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.optimized_model_filepath = str(out)
+    options.add_session_config_entry("session.optimized_model_external_initializers_file_name", out.name + ".data")
+    options.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+    onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+    return out
 
 
 def graph_file(folder: Path, manifest: dict, graph: str, quantize: str | None) -> Path:
