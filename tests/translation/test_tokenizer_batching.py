@@ -9,7 +9,14 @@ import pytest
 import torch
 
 from attnkit.errors import CheckpointError
-from attnkit.translation.batching import TokenBatches, collate, make_examples, padding_fraction, token_batches
+from attnkit.translation.batching import (
+    TokenBatches,
+    _batch_ends,
+    collate,
+    make_examples,
+    padding_fraction,
+    token_batches,
+)
 from attnkit.translation.tokenizer import BOS_ID, EOS_ID, PAD_ID, SubwordTokenizer
 
 SOURCES = ["the cat sat on the mat", "the dog sat on the log", "a cat and a dog", "the mat is red"] * 5
@@ -72,6 +79,25 @@ def test_batches_of_a_large_corpus_are_ranges_of_one_order_sorted_by_length():
     assert np.array_equal(share[2], batches[5])
     unshuffled = token_batches(lengths, max_tokens=1000, shuffle=False)
     assert np.all(np.diff(longest[unshuffled.order]) >= 0) and np.all(np.diff(unshuffled.starts) > 0)
+
+
+def test_batch_ends_run_by_run_equal_the_greedy_cut_pair_by_pair():
+    def greedy(longest: np.ndarray, max_tokens: int) -> list[int]:  # the definition: add pairs while they fit
+        ends, start = [], 0
+        while start < len(longest):
+            count = 1
+            while start + count < len(longest) and (count + 1) * int(longest[start + count]) <= max_tokens:
+                count += 1
+            start += count
+            ends.append(start)
+        return ends
+
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        longest = np.sort(rng.integers(1, rng.integers(2, 60), rng.integers(0, 200)))  # with </s>: at least 1
+        max_tokens = int(rng.integers(1, 200))
+        assert _batch_ends(longest.astype(np.uint16), max_tokens).tolist() == greedy(longest, max_tokens)
+    assert _batch_ends(np.array([3, 3, 5, 9, 9, 300]), 10).tolist() == [2, 3, 4, 5, 6]  # by hand: 3 * 5 > 10
 
 
 def test_padding_fraction_by_hand():

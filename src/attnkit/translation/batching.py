@@ -102,7 +102,7 @@ def token_batches(lengths: Sequence[tuple[int, int]] | np.ndarray, max_tokens: i
     order = np.arange(len(lengths), dtype=np.int32 if len(lengths) < 2**31 else np.int64)  # (pairs,)
     if shuffle:
         rng.shuffle(order)  # ties at random: the sorts below are stable
-    longest = lengths.max(axis=1)  # (pairs,)
+    longest = np.maximum(lengths[:, 0], lengths[:, 1])  # (pairs,)
     order = order[np.argsort(lengths[order, 0], kind="stable")]  # by source length, then (stable) by longest
     order = order[np.argsort(longest[order], kind="stable")]
     stops = _batch_ends(longest[order], max_tokens)  # (batches,)
@@ -114,29 +114,45 @@ def token_batches(lengths: Sequence[tuple[int, int]] | np.ndarray, max_tokens: i
 
 
 def _batch_ends(longest: np.ndarray, max_tokens: int) -> np.ndarray:
-    """Where each greedy batch of LONGEST (nondecreasing, per pair) ends: its padded size stays within max_tokens."""
-    ends = []
-    start, count = 0, len(longest)
-    while start < count:
-        window = longest[start:start + max(max_tokens // max(int(longest[start]), 1), 1)]
-        fits = window * np.arange(1, len(window) + 1) <= max_tokens  # nondecreasing lengths: a prefix fits
-        start += max(int(fits.sum()), 1)
-        ends.append(start)
-    return np.asarray(ends, dtype=np.int64)
+    """Where each greedy batch of LONGEST (nondecreasing, per pair) ends: a batch takes pairs while its padded
+    size `sentences * longest` stays within max_tokens (at least one pair).
+
+    Run by run of equal lengths (a few hundred), not batch by batch: inside a run of length L the
+    batches are `max_tokens // L` pairs; only the batch open across a run's start mixes lengths.
+    """
+    if len(longest) == 0:
+        return np.zeros(0, dtype=np.int64)
+    runs = np.concatenate([[0], np.flatnonzero(longest[1:] != longest[:-1]) + 1, [len(longest)]])  # (runs + 1,)
+    ends: list[np.ndarray] = []
+    open_count = 0  # pairs in the batch still open (all shorter than the run now)
+    for start, stop in zip(runs[:-1].tolist(), runs[1:].tolist()):
+        per_batch = max(max_tokens // max(int(longest[start]), 1), 1)
+        taken = 0
+        if open_count:
+            taken = min(max(per_batch - open_count, 0), stop - start)  # this run's pairs that join the open batch
+            if taken == stop - start and open_count + taken < per_batch:
+                open_count += taken  # the whole run joined, and the batch has room left
+                continue
+            ends.append(np.array([start + taken]))
+        full, open_count = divmod(stop - start - taken, per_batch)
+        ends.append(start + taken + per_batch * np.arange(1, full + 1))
+    if open_count:
+        ends.append(np.array([len(longest)]))
+    return np.concatenate(ends).astype(np.int64)
 
 
 def padding_fraction(batches: Sequence[Sequence[int] | np.ndarray], lengths: Sequence[tuple[int, int]] | np.ndarray
                      ) -> float:
     """Share of the padded source and target tensors that is padding."""
-    if not batches:
+    members = [np.asarray(batch).reshape(-1) for batch in batches]  # views, for `TokenBatches`
+    sizes = np.array([len(batch) for batch in members], dtype=np.int64)  # (batches,)
+    if not sizes.any():
         return 0.0
-    lengths = np.asarray(lengths).reshape(-1, 2)  # (pairs, 2)
-    padded, real = 0, 0
-    for batch in batches:  # batch by batch: no copy of millions of rows at once
-        rows = lengths[np.asarray(batch)]  # (batch, 2)
-        padded += int(rows.max(axis=0).sum()) * len(rows)
-        real += int(rows.sum(dtype=np.int64))
-    return 1.0 - real / max(padded, 1)
+    rows = np.asarray(lengths).reshape(-1, 2)[np.concatenate(members)]  # (pairs, 2), batch after batch
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])[sizes > 0]
+    longest = np.maximum.reduceat(rows, starts, axis=0).astype(np.int64)  # (batches, 2): each batch's padded length
+    padded = int((longest.sum(axis=1) * sizes[sizes > 0]).sum())
+    return 1.0 - int(rows.sum(dtype=np.int64)) / max(padded, 1)
 
 
 def collate(examples: Sequence[Example]) -> Batch:
