@@ -2,6 +2,7 @@
 
     python benchmarks/data_scale.py corpus /tmp/scale --pairs 100000 1000000 4000000
     python benchmarks/data_scale.py run /tmp/scale --pairs 100000 1000000 4000000 --steps 20
+    python benchmarks/data_scale.py table /tmp/scale     # the table and plot again, from /tmp/scale/results.json
 
 `corpus` writes DIR/<pairs>/train.tsv + valid.tsv: synthetic pairs recombined from real English
 sentences (vim's documentation, present on most Linux machines, else Python's own docstrings):
@@ -12,7 +13,8 @@ word-for-word substitution, every third word pair swapped (so the model has some
 prepares the cache beside the data, the second finds it. Start-up is the time to the first
 training step (see `timed_run`), steps/s the rate of the steps after it. Sizes run one after the
 other; each size's second run follows its first.
-It prints a JSON line per size, then a table, and draws docs/images/data_scale.png.
+It prints a JSON line per size (kept in DIR/results.json), then a table, and draws
+docs/images/data_scale.png.
 """
 
 from __future__ import annotations
@@ -111,7 +113,7 @@ def _cpu_seconds(time_pid: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["corpus", "run"])
+    parser.add_argument("what", choices=["corpus", "run", "table"])
     parser.add_argument("folder", type=Path)
     parser.add_argument("--pairs", type=int, nargs="+", default=[100_000, 1_000_000, 4_000_000])
     parser.add_argument("--steps", type=int, default=20)
@@ -123,6 +125,11 @@ def main() -> None:
             write_corpus(args.folder / str(pairs), pairs, pool)
             print(f"written {args.folder / str(pairs)}", file=sys.stderr)
         return
+    if args.what == "table":
+        results = json.loads((args.folder / "results.json").read_text(encoding="utf-8"))
+        print_table(results)
+        plot(results, ROOT / "docs/images/data_scale.png")
+        return
     results = {}
     for pairs in args.pairs:
         data = args.folder / str(pairs)
@@ -132,21 +139,23 @@ def main() -> None:
         results[pairs] = {"first": first, "second": second,
                           "megabytes": (data / "train.tsv").stat().st_size / 1e6}
         print(json.dumps({pairs: results[pairs]}), flush=True)
+        (args.folder / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     print_table(results)
     plot(results, ROOT / "docs/images/data_scale.png")
 
 
 def print_table(results: dict) -> None:
     print("| pairs | MB | first start: s (CPU s) | second start: s (CPU s) | peak GB first | peak GB second "
-          "| steps/s first | steps/s second |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| second's peak vs the smallest | steps/s first | steps/s second |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    smallest = results[min(results, key=int)].get("second", {}).get("peak_gb", float("nan"))
     nan = {"startup_s": float("nan"), "startup_cpu_s": float("nan"), "peak_gb": float("nan"),
            "steps_per_s": float("nan")}
     for pairs, r in results.items():
         f, s = r.get("first", nan), r.get("second", nan)
         print(f"| {int(pairs):,} | {r['megabytes']:.0f} | {f['startup_s']:.1f} ({f['startup_cpu_s']:.1f}) | "
               f"{s['startup_s']:.1f} ({s['startup_cpu_s']:.1f}) | {f['peak_gb']:.2f} | {s['peak_gb']:.2f} | "
-              f"{f['steps_per_s']:.2f} | {s['steps_per_s']:.2f} |")
+              f"{100 * (s['peak_gb'] / smallest - 1):+.0f}% | {f['steps_per_s']:.2f} | {s['steps_per_s']:.2f} |")
 
 
 def plot(results: dict, path: Path) -> None:
