@@ -1,8 +1,8 @@
-"""A corpus prepared once: its tokenizer and every split's token ids, memory-mapped, cached beside the data.
+"""A corpus prepared once: its tokenizer and every split's token ids and lengths, cached beside the data.
 
 fairseq binarises a corpus once (`fairseq-preprocess`) into memory-mapped token arrays, and
 Hugging Face datasets memory-maps Arrow files: both start in seconds, with memory flat in the
-corpus size. This is the same for attnkit's corpora. The first start (or `attnkit data prepare
+corpus size. attnkit's corpora do the same. The first start (or `attnkit data prepare
 translation DIR`) reads the split files twice, streaming: once to sample at most
 `TRAINING_SAMPLE_PAIRS` pairs for BPE, once to encode everything in chunks with the tokenizers'
 batch encoding (on every core, in a thread beside the reading). Later starts, resumes and the other
@@ -94,7 +94,7 @@ class TokenizerSettings:
 
 
 class PreparedCorpus:
-    """A cache folder: the tokenizer, each split's token ids (memory-mapped) and, for valid and test, the texts."""
+    """A cache folder: the tokenizer, each split's token ids and lengths and, for valid and test, the texts."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -139,7 +139,7 @@ def prepare_corpus(files: CorpusFiles, tokenizer: TokenizerSettings | SubwordTok
     if found is not None:
         say(f"data: prepared corpus {found} (cached; delete it to prepare again)")
         return PreparedCorpus(found)
-    say(f"data: preparing {', '.join(map(str, files.paths.values()))} into {folder} (once; later starts map it)")
+    say(f"data: preparing {', '.join(map(str, files.paths.values()))} into {folder} (once; later starts read it)")
     _build(files, tokenizer, folder, {"data_id": data_id, "tokenizer": spec}, say)
     return PreparedCorpus(folder)
 

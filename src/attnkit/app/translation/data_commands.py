@@ -1,7 +1,7 @@
 """Command line: `attnkit data prepare translation DIR`: the corpus prepared once, before training.
 
 What `attnkit train translation --data DIR` would do at its first start (`translation/prepared_corpus.py`):
-the BPE tokenizer trained on a bounded sample and every split's token ids written, memory-mapped, to
+the BPE tokenizer trained on a bounded sample and every split's token ids and lengths written to
 DIR/.attnkit-cache (or $ATTNKIT_DATA_CACHE), with progress on stderr. The tokenizer follows the same
 preset and --set options as training, so that the training run finds the cache. Prints the cache
 folder and each split's pair count on stdout.
@@ -17,7 +17,7 @@ import typer
 from attnkit.app.cli import data_app
 from attnkit.errors import user_errors
 
-prepare_app = typer.Typer(no_args_is_help=True, help="Prepare a dataset once (tokenized, memory-mapped) for training.")
+prepare_app = typer.Typer(no_args_is_help=True, help="Prepare a dataset once (tokenized, cached) for training.")
 data_app.add_typer(prepare_app, name="prepare")
 
 

@@ -95,7 +95,7 @@ def train(request: TranslationRequest) -> FitResult:
                            skip_bad=request.skip_bad_lines)
         for corpus in data.values():
             note(f"data: {corpus.report.summary()}")
-    else:  # files: prepared once into memory-mapped arrays (prepared_corpus.py)
+    else:  # files: prepared once into token arrays (prepared_corpus.py)
         data = CorpusFiles(split_paths(request.data, files), config.source_lang, config.target_lang,
                            skip_bad=request.skip_bad_lines)
     run, result, evaluation = _train(config, data, request.out, request.budget, request.device, request.resume,
@@ -176,7 +176,7 @@ class TranslationTask:
         return token_batches(self.lengths, self.config.max_tokens, seed=self.config.seed * 100_003 + epoch)
 
     def load(self, batches: Sequence[np.ndarray]) -> Iterator[Batch]:
-        for indices in batches:  # this process's batches only: their rows are read from the (mapped) arrays
+        for indices in batches:  # this process's batches only: their rows are read from the arrays' files
             yield self.examples.batch(indices).to(self.device)
 
     def train_step(self, model: nn.Module, batch: Batch) -> dict[str, torch.Tensor | int]:
@@ -223,7 +223,7 @@ def prepare(config: TranslationConfig, splits: Mapping[str, Corpus] | CorpusFile
     """The tokenizer (trained on train, or loaded from a run folder), the vocabulary sizes filled in, train tokenized.
 
     SPLITS in memory are tokenized here; split files (`CorpusFiles`) are prepared once into a cache beside them
-    and mapped from it afterwards (`prepared_corpus.py`), resumes included.
+    and read from it afterwards (`prepared_corpus.py`), resumes included.
     """
     tokenizer = SubwordTokenizer.load(tokenizer_folder) if tokenizer_folder is not None else None
     if isinstance(splits, CorpusFiles) and not isinstance(tokenizer, (SubwordTokenizer, type(None))):
