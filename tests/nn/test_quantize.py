@@ -8,7 +8,7 @@ from torch import nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
 
 from attnkit.nn import TransformerDecoderLayer, TransformerEncoderLayer
-from attnkit.nn.quantize import int8_share, quantize_int8
+from attnkit.nn.quantize import int8_linear, int8_share, quantize_int8
 
 
 def test_every_linear_called_as_a_module_becomes_int8_and_the_original_is_kept():
@@ -39,3 +39,19 @@ def test_quantized_outputs_are_close_to_float32():
         expected, got = layer(target, memory), quantized(target, memory)
     assert not torch.equal(got, expected)  # really another arithmetic
     torch.testing.assert_close(got, expected, atol=0.05, rtol=0)  # LayerNorm'd outputs of scale 1
+
+
+def test_int8_linear_from_a_weight_read_as_a_tensor_has_one_scale_per_row_and_leaves_the_weight_float():
+    torch.manual_seed(0)
+    weight = torch.randn(40, 16) * torch.linspace(0.01, 1.0, 40).unsqueeze(1)  # rows of very different ranges
+    bias, x = torch.randn(40), torch.randn(3, 16)
+    linear = int8_linear(weight, bias)
+    assert isinstance(linear, DynamicInt8Linear)
+    assert linear.weight().qscheme() == torch.per_channel_affine
+    assert linear.weight().q_per_channel_scales().shape == (40,)
+    assert weight.dtype == torch.float32  # a copy: the original (an embedding's) is still float
+    got, expected = linear(x), x @ weight.t() + bias
+    assert not torch.equal(got, expected)
+    torch.testing.assert_close(got, expected, atol=0.15, rtol=0)  # activations in 7 bits, one scale per call
+    # the small rows keep their precision (0.006 here; one scale for the whole weight: 0.04)
+    torch.testing.assert_close(got[:, :4], expected[:, :4], atol=0.01, rtol=0)

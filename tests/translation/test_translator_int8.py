@@ -15,7 +15,10 @@ def test_int8_translator_has_int8_linears_and_float_like_logits(translation_run)
     quantized = Translator.from_run(translation_run, quantize="int8")
     int8 = [name for name, module in quantized.model.named_modules() if isinstance(module, DynamicInt8Linear)]
     layers = reference.config.model.num_encoder_layers + reference.config.model.num_decoder_layers
-    assert len(int8) == 3 * layers + reference.config.model.num_decoder_layers  # W1, W2, W^O; + cross-attention's W^O
+    # W1, W2, W^O; + cross-attention's W^O; + the output projection, an int8 copy of the tied embedding
+    assert len(int8) == 3 * layers + reference.config.model.num_decoder_layers + 1
+    assert "output_projection" in int8
+    assert quantized.model.target_embedding.weight.dtype == torch.float32  # looked up as before
     assert next(quantized.model.parameters()).device.type == "cpu"
     source = torch.tensor([[7, 8, 9, 10, 2], [11, 12, 2, 0, 0]])  # (batch, source), padded
     target = torch.tensor([[1, 7, 8], [1, 9, 10]])  # (batch, target)

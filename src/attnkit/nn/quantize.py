@@ -7,8 +7,11 @@ modules that are *called as modules*: the feed-forward's W1 and W2, attention's 
 W^O (`out_proj`, which torch marks as not dynamically quantizable only because its own
 `nn.MultiheadAttention` reads the weight directly; attnkit's `MultiHeadAttention` calls it), and
 any other Linear (DETR's class and box heads). Weights read as tensors stay float32: attention's
-packed W^Q, W^K, W^V (`in_proj_weight`, used with `F.linear`), convolutions, embeddings and a
-tied output projection. The result runs on the CPU only.
+packed W^Q, W^K, W^V (`in_proj_weight`, used with `F.linear`), convolutions and embeddings.
+`int8_linear` makes an int8 Linear from a weight read as a tensor: a model whose output projection
+is tied to its embedding (section 3.4 of Vaswani et al. 2017) gets an int8 copy for the projection
+and keeps the float embedding for lookups; at a 58k vocabulary that projection is the largest
+matrix product of a decoding step. The result runs on the CPU only.
 
 torch.ao.quantization is marked deprecated (for torchao) but is what this torch ships and runs
 with its fbgemm/oneDNN int8 kernels; its deprecation warnings are silenced here.
@@ -29,14 +32,30 @@ Model = TypeVar("Model", bound=nn.Module)
 
 def quantize_int8(module: Model) -> Model:
     """A copy of MODULE with every Linear called as a module replaced by an int8 dynamic one (CPU, eval mode)."""
+    return _quantized(module, per_row=False)
+
+
+def _quantized(module: Model, per_row: bool) -> Model:
     from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
-    from torch.ao.quantization import quantize_dynamic
+    from torch.ao.quantization import default_dynamic_qconfig, per_channel_dynamic_qconfig, quantize_dynamic
 
     mapping: dict = {nn.Linear: DynamicInt8Linear, NonDynamicallyQuantizableLinear: DynamicInt8Linear}
+    qconfig = per_channel_dynamic_qconfig if per_row else default_dynamic_qconfig
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*", category=UserWarning)
-        return quantize_dynamic(module.cpu().eval(), set(mapping), dtype=torch.qint8, mapping=mapping)
+        return quantize_dynamic(module.cpu().eval(), dict.fromkeys(mapping, qconfig), mapping=mapping)
+
+
+def int8_linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> nn.Module:
+    """x -> x WEIGHT^T + BIAS with WEIGHT (out_features, in_features) in int8, one scale per output row (its own
+    range: an embedding's rows differ in norm); copies, WEIGHT itself is left as it is (CPU, eval mode)."""
+    linear = nn.Linear(weight.size(1), weight.size(0), bias=bias is not None)
+    with torch.no_grad():
+        linear.weight.copy_(weight)
+        if bias is not None:
+            linear.bias.copy_(bias)
+    return _quantized(nn.Sequential(linear), per_row=True)[0]
 
 
 def int8_share(module: nn.Module) -> float:

@@ -17,6 +17,7 @@ from attnkit.errors import CheckpointError, ConfigError
 from attnkit.translation.batching import pad_ids, token_batches
 from attnkit.translation.config import TranslationConfig, TranslationModel, build_model
 from attnkit.translation.decoding import ATTNKIT_RULES, DecodingConfig, EncoderDecoder, beam_search, greedy_decode
+from attnkit.translation.model import Seq2SeqTransformer
 from attnkit.translation.tokenizer import EOS_ID, SubwordTokenizer
 
 RUN_KIND = "translation"
@@ -62,8 +63,8 @@ class Translator:
     def from_run(cls, run: Path | str, weights: str = "best", device: str | torch.device | None = None,
                  quantize: str | None = None) -> Translator:
         """Load RUN's config.json, tokenizer and weights ("best", "last" or "average"); quantize="int8": its
-        Linear layers int8 (`attnkit.nn.quantize`, CPU only)."""
-        from attnkit.nn.quantize import QUANTIZATIONS, quantize_int8
+        Linear layers int8 (`attnkit.nn.quantize`, CPU only), the tied output projection too (`quantized`)."""
+        from attnkit.nn.quantize import QUANTIZATIONS
         from attnkit.storage import RunFolder, load_weights, read_weights
 
         if quantize not in (None, *QUANTIZATIONS):
@@ -82,7 +83,7 @@ class Translator:
         if quantize is not None:
             if device.type != "cpu":
                 raise ConfigError(f"quantize={quantize!r} runs on the CPU, not {device}")
-            model = quantize_int8(model)
+            model = quantized(model)
         return cls(model.to(device), tokenizer, config)
 
     def translate(self, texts: Sequence[str], beam_size: int | None = None, alpha: float | None = None) -> list[str]:
@@ -94,6 +95,19 @@ class Translator:
         alpha = self.config.length_penalty if alpha is None else alpha
         return translate_texts(self.model, self.tokenizer, list(texts), beam_size, alpha,
                                max_length=self.config.max_length, rules=self.config.decoding)
+
+
+def quantized(model: TranslationModel) -> TranslationModel:
+    """MODEL with its Linear layers int8 (`attnkit.nn.quantize`) and, for the Transformer, an int8 copy of the
+    output projection, which is tied to the embedding and so read as a tensor: at a 58k vocabulary it is more
+    multiply-adds than the six decoder layers together (BENCHMARKS.md, "Inference engines")."""
+    from attnkit.nn.quantize import int8_linear, quantize_int8
+
+    model = quantize_int8(model)
+    if isinstance(model, Seq2SeqTransformer):
+        bias = model.output_bias if model.config.output_bias else None
+        model.output_projection = int8_linear(model.target_embedding.weight, bias)
+    return model
 
 
 def _weights_path(folder, weights: str) -> Path:
