@@ -167,6 +167,9 @@ def test_batches_from_the_arrays_are_collates(corpus_files):
     short, dropped = encoded.keep(max_length=5)
     assert dropped == sum(max(e.lengths) > 5 for e in examples) > 0
     assert len(short) == 300 - dropped and short.lengths.max() <= 5
+    assert short[-1] == [e for e in examples if max(e.lengths) <= 5][-1] and encoded[-1] == examples[-1]
+    everything, none = encoded.keep(max_length=64)
+    assert none == 0 and everything.index is None  # every pair kept: no index array of the rows
 
 
 def test_reservoir_sample():

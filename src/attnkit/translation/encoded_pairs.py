@@ -90,7 +90,9 @@ class EncodedPairs:
     def __getitem__(self, position: int | slice) -> Example | EncodedPairs:
         if isinstance(position, slice):
             return EncodedPairs(self.source, self.target, self._rows(np.arange(len(self))[position]))
-        row = int(self._rows(np.asarray(position)))
+        if not -len(self) <= position < len(self):
+            raise IndexError(f"pair {position} of {len(self)}")
+        row = int(self._rows(np.asarray(position % len(self))))
         return Example(self.source.sentence(row).tolist() + [EOS_ID], self.target.sentence(row).tolist())
 
     def _kept(self, lengths: np.ndarray) -> np.ndarray:
