@@ -142,3 +142,27 @@ def test_beam_one_equals_greedy_and_limit_is_respected():
                                           rules=DecodingConfig(early_stopping=True))]
     assert beam == greedy
     assert all(len(g) <= limit - 1 for g, limit in zip(greedy, (3 + 4, 2 + 4)))  # </s> is the last allowed token
+
+
+@pytest.mark.parametrize("rules", [DecodingConfig(), DecodingConfig(banned_outputs=(A,), min_output_length=3),
+                                   DecodingConfig(no_repeat_ngram_size=2), DecodingConfig(renormalize=True,
+                                                                                          min_output_length=3)])
+@pytest.mark.parametrize("step", [0, 1, 4])  # limit 5: step 4 forces </s>
+def test_best_candidates_equal_the_top_of_every_beam_and_token_scored(rules, step):
+    from attnkit.translation.decoding import _best_candidates, constrain
+
+    torch.manual_seed(step)
+    live, beam, vocab = 3, 4, 50
+    logits = torch.randn(live * beam, vocab) * 3  # (live * beam, vocab)
+    scores = torch.randn(live, beam) - 5
+    scores[0, 2:] = float("-inf")  # a sentence with two live beams
+    prefix = torch.randint(4, 9, (live * beam, step + 1))  # (rows, step + 1): few ids, so n-grams repeat
+    limits = torch.full((live,), 5)
+    log_probs = constrain(logits.log_softmax(-1), prefix, step, limits.repeat_interleave(beam), rules)
+    if rules.renormalize:
+        log_probs = log_probs.log_softmax(-1)
+    expected_scores, expected_indices = (scores.view(-1, 1) + log_probs).view(live, beam * vocab).topk(2 * beam)
+    got_scores, got_indices = _best_candidates(logits, scores, prefix, step, limits, rules)
+    torch.testing.assert_close(got_scores, expected_scores)
+    finite = expected_scores > float("-inf")
+    assert torch.equal(got_indices[finite], expected_indices[finite])

@@ -209,13 +209,9 @@ def beam_search(model: EncoderDecoder[Any], source: Tensor, beam_size: int = 4, 
     prefix = torch.full((batch * beam_size, 1), BOS_ID, dtype=torch.long, device=device)
     beams = _Beams(beam_size, alpha, rules, limits)
     for step in range(int(limits.max())):
-        log_probs = model.decode_step(prefix, encoded, cache).float().log_softmax(dim=-1)  # (live * beam, vocab)
-        log_probs = constrain(log_probs, prefix, step, limits[live].repeat_interleave(beam_size), rules)
-        if rules.renormalize:
-            log_probs = log_probs.log_softmax(dim=-1)
-        vocab = log_probs.size(-1)
-        candidates = (scores.view(-1, 1) + log_probs).view(live.size(0), beam_size * vocab)
-        top_scores, top_indices = candidates.topk(min(2 * beam_size, beam_size * vocab), dim=-1)  # (live, 2 beam)
+        logits = model.decode_step(prefix, encoded, cache).float()  # (live * beam, vocab)
+        vocab = logits.size(-1)
+        top_scores, top_indices = _best_candidates(logits, scores, prefix, step, limits[live], rules)  # (live, 2 beam)
         keep, scores = beams.advance(top_scores, top_indices, vocab, prefix, step, live)
         going = (~beams.over(scores, step + 1, live)).nonzero().view(-1)  # (still live,) positions in `live`
         if going.numel() == 0:
@@ -229,6 +225,34 @@ def beam_search(model: EncoderDecoder[Any], source: Tensor, beam_size: int = 4, 
         if cache is not None:
             cache.reorder(parent_rows)
     return beams.best()
+
+
+def _best_candidates(logits: Tensor, scores: Tensor, prefix: Tensor, step: int, limits: Tensor,
+                     rules: DecodingConfig) -> tuple[Tensor, Tensor]:
+    """The 2 beam best extensions of each sentence by score + log P(token), under RULES' masks, best first.
+
+    logits: (live * beam, vocab); scores: (live, beam); limits: (live,). Returns their scores and flat indices
+    into beam x vocabulary, each (live, 2 beam). A sentence's best 2 beam extensions are among each beam's own
+    best 2 beam tokens, so where the masks only exclude tokens (every step but a forced one's) the log-softmax is
+    not written out: each row's top 2 beam logits minus its log-sum-exp (before the masks, as log_softmax then
+    masks). Only the step that forces a token, or renormalizing, scores the whole vocabulary.
+    """
+    live, beam = scores.shape
+    row_limits = limits.repeat_interleave(beam)  # (live * beam,)
+    vocab, width = logits.size(-1), min(2 * beam, beam * logits.size(-1))
+    forced = rules.forced_at_limit is not None and bool((step + 1 >= row_limits).any())
+    if forced or rules.renormalize:
+        log_probs = constrain(logits.log_softmax(dim=-1), prefix, step, row_limits, rules)
+        if rules.renormalize:
+            log_probs = log_probs.log_softmax(dim=-1)
+        return (scores.view(-1, 1) + log_probs).view(live, beam * vocab).topk(width, dim=-1)
+    normalizer = logits.logsumexp(dim=-1, keepdim=True)  # (live * beam, 1)
+    row_top, tokens = constrain(logits, prefix, step, row_limits, rules).topk(min(width, vocab), dim=-1)
+    per_beam = tokens.size(-1)
+    candidates = (scores.view(-1, 1) + (row_top - normalizer)).view(live, beam * per_beam)
+    top_scores, positions = candidates.topk(width, dim=-1)  # (live, 2 beam): positions in beam x per_beam
+    top_tokens = tokens.view(live, beam * per_beam).gather(1, positions)
+    return top_scores, positions // per_beam * vocab + top_tokens
 
 
 def _beam_rows(sentences: Tensor, beam_size: int) -> Tensor:
