@@ -122,6 +122,8 @@ class FastDetrConfig(DetrConfig):
     deformable_points: int = 4  # sampled points per head and level
     encoder_levels: int = 2  # the deformable encoder updates the coarsest N levels (C4, C5), reading all
     # (Lite DETR); feature_levels or more: every level (Deformable DETR); 1: C5 alone
+    shared_values: bool = False  # one value projection, computed once, of the keys that layers read unchanged:
+    # the decoder's memory, the encoder's fixed levels (variants.shared_values; needs deformable_attention)
     box_refinement: bool = True  # anchor-box queries, refined by every decoder layer
     focal_loss: bool = True  # sigmoid focal classification loss and matching cost (weights: train.focal_*)
     query_groups: int = 3  # query groups trained one-to-one each (Group DETR); 1 = off
@@ -145,6 +147,9 @@ class FastDetrConfig(DetrConfig):
             raise ConfigError("encoder_levels below feature_levels updates some levels of the deformable encoder "
                               "and needs deformable_attention; set encoder_levels to feature_levels to ablate "
                               "deformable attention")
+        if self.shared_values and not self.deformable_attention:
+            raise ConfigError("shared_values shares the deformable attention's value projections and needs "
+                              "deformable_attention; set shared_values to false to ablate deformable attention")
         if self.two_stage and not self.box_refinement:
             raise ConfigError("two_stage starts the decoder from proposed boxes and needs box_refinement; "
                               "set both to false to ablate refinement")
@@ -186,7 +191,7 @@ def model_from_dict(values: dict[str, Any]) -> DetrConfig:
         raise ConfigError(f"unknown detector architecture {arch!r}; choose one of {', '.join(MODEL_CONFIGS)}")
     if MODEL_CONFIGS[arch] is DetrConfig:
         return DetrConfig(**{k: v for k, v in values.items() if k not in _TECHNIQUE_FIELDS})
-    values = {"two_stage": False, "denoising_groups": 0, **values}
+    values = {"two_stage": False, "denoising_groups": 0, "shared_values": False, **values}
     if "encoder_levels" not in values:
         levels = values.get("feature_levels", 3)
         values["encoder_levels"] = max(levels - 1, 1) if values.pop("lite_encoder", False) else levels

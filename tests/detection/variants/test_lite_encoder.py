@@ -71,5 +71,5 @@ def test_with_one_updated_level_only_the_coarsest_tokens_change_reading_every_le
 def test_updating_every_level_is_the_deformable_encoder():
     full, lite = _encoders(updated=3)
     levels = _levels(*_inputs())
-    assert lite.first_updated(SHAPES) == 0
+    assert lite.fixed_levels(len(SHAPES)) == 0
     torch.testing.assert_close(lite(levels), full(levels))

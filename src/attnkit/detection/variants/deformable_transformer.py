@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from attnkit.detection.variants.multi_scale_deformable_attention import MultiScaleDeformableAttention
 from attnkit.detection.variants.multi_scale_features import FlatLevels
 from attnkit.detection.variants.query_groups import stack_groups, unstack_groups
+from attnkit.detection.variants.shared_values import SharedValues
 from attnkit.nn import MultiHeadAttention
 from attnkit.nn.dropout import Dropout
 
@@ -45,12 +46,14 @@ class DeformableEncoderLayer(nn.Module):
         self.ffn = FeedForward(d_model, dim_feedforward, dropout)
 
     def forward(self, x: Tensor, pos: Tensor, reference: Tensor, shapes: Sequence[tuple[int, int]],
-                padding: Tensor | None, first: int = 0) -> Tensor:
+                padding: Tensor | None, first: int = 0, given: Sequence[Tensor] = ()) -> Tensor:
         """x, pos: (batch, keys, d_model); reference: (batch, keys, levels, 2); padding: (batch, keys) or None.
-        first: the keys before it are read (as values) but not updated (`variants.lite_encoder`)."""
+        first: the keys before it are read (as values) but not updated (`variants.lite_encoder`).
+        given: those keys' values, already projected (`variants.shared_values`): the layer projects its own."""
         query = x[:, first:]  # (batch, updated keys, d_model)
-        query = self.norm(query + self.dropout(self.self_attn(query + pos[:, first:], reference[:, first:], x, shapes,
-                                                              padding)))
+        value, value_padding = (query, None if padding is None else padding[:, first:]) if given else (x, padding)
+        query = self.norm(query + self.dropout(self.self_attn(query + pos[:, first:], reference[:, first:], value,
+                                                              shapes, value_padding, given)))
         updated = self.ffn(query)
         return torch.cat([x[:, :first], updated], 1) if first else updated  # (batch, keys, d_model)
 
@@ -72,23 +75,28 @@ def encoder_reference_points(shapes: Sequence[tuple[int, int]], valid_ratios: Te
 
 
 class DeformableEncoder(nn.Module):
-    """A stack of deformable encoder layers (no final norm: post-norm layers end normalised)."""
+    """A stack of deformable encoder layers (no final norm: post-norm layers end normalised).
+    shared: one value projection of the levels the layers read but do not update (`variants.shared_values`)."""
 
-    def __init__(self, layers: list[DeformableEncoderLayer]) -> None:
+    def __init__(self, layers: list[DeformableEncoderLayer], shared: SharedValues | None = None) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(layers)
+        self.layers, self.shared = nn.ModuleList(layers), shared
 
     def forward(self, levels: FlatLevels) -> Tensor:
         """levels: the flattened keys -> memory (batch, keys, d_model)."""
         reference = levels.geometry.derive("encoder_reference_points",
                                            lambda: encoder_reference_points(levels.shapes, levels.valid_ratios))
-        first, src = self.first_updated(levels.shapes), levels.src
+        fixed, src, padding = self.fixed_levels(len(levels.shapes)), levels.src, levels.key_padding
+        first = sum(height * width for height, width in levels.shapes[:fixed])
+        given: list[Tensor] = []
+        if self.shared is not None and fixed:  # the fixed levels' values, once for all layers
+            given = self.shared(src[:, :first], levels.shapes[:fixed], None if padding is None else padding[:, :first])
         for layer in self.layers:
-            src = layer(src, levels.pos, reference, levels.shapes, levels.key_padding, first)
+            src = layer(src, levels.pos, reference, levels.shapes, padding, first, given)
         return src  # (batch, keys, d_model)
 
-    def first_updated(self, shapes: Sequence[tuple[int, int]]) -> int:
-        """The first key the layers update: every key here."""
+    def fixed_levels(self, count: int) -> int:
+        """Of COUNT levels (finest first), how many the layers read but do not update: none here."""
         return 0
 
 
@@ -96,23 +104,23 @@ class DeformableDecoderLayer(nn.Module):
     """Self-attention among queries (positions on queries and keys), deformable cross-attention, FFN."""
 
     def __init__(self, d_model: int, num_heads: int, dim_feedforward: int, dropout: float, num_levels: int,
-                 num_points: int) -> None:
+                 num_points: int, own_values: bool = True) -> None:
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, batch_first=True)
-        self.cross_attn = MultiScaleDeformableAttention(d_model, num_heads, num_levels, num_points)
+        self.cross_attn = MultiScaleDeformableAttention(d_model, num_heads, num_levels, num_points, own_values)
         self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
         self.dropout1, self.dropout2 = Dropout(dropout), Dropout(dropout)
         self.ffn = FeedForward(d_model, dim_feedforward, dropout)
 
     def forward(self, x: Tensor, query_pos: Tensor, reference: Tensor, memory: Tensor, pos: Tensor,
                 padding: Tensor | None, shapes: Sequence[tuple[int, int]], self_mask: Tensor | None,
-                groups: int = 1) -> Tensor:
+                groups: int = 1, given: Sequence[Tensor] = ()) -> Tensor:
         """x, query_pos: (batch, queries, d_model); reference: (batch, queries, levels, 2 or 4); memory:
         (batch, keys, d_model); self_mask: (queries, queries) True = not allowed, or GROUPS > 1 groups of
         consecutive queries, each attending within its own group only. `pos` is unused: the sampling
-        locations carry the positions."""
+        locations carry the positions. given: every level's values, already projected (`shared_values`)."""
         q = stack_groups(x + query_pos, groups)  # (batch * groups, queries / groups, d_model)
         attended = self.self_attn(q, q, stack_groups(x, groups), attn_mask=self_mask, need_weights=False)[0]
         x = self.norm1(x + self.dropout1(unstack_groups(attended, groups)))
-        x = self.norm2(x + self.dropout2(self.cross_attn(x + query_pos, reference, memory, shapes, padding)))
+        x = self.norm2(x + self.dropout2(self.cross_attn(x + query_pos, reference, memory, shapes, padding, given)))
         return self.ffn(x)  # (batch, queries, d_model)

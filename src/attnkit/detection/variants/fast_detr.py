@@ -55,6 +55,7 @@ from attnkit.detection.variants.lite_encoder import LiteEncoder
 from attnkit.detection.variants.multi_scale_features import FlatLevels, LevelProjection, MultiScaleJoiner
 from attnkit.detection.variants.query_groups import group_attention_mask, group_losses, split_groups
 from attnkit.detection.variants.query_selection import EncoderProposals, proposal_losses
+from attnkit.detection.variants.shared_values import SharedValues
 from attnkit.nn import PositionEmbeddingSine2D, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder
 
 
@@ -86,12 +87,13 @@ class DenseDecoderLayer(nn.Module):
 
 
 class QueryDecoder(nn.Module):
-    """The decoder layers run one by one, each reading (and, with refinement, moving) the queries' references."""
+    """The decoder layers run one by one, each reading (and, with refinement, moving) the queries' references.
+    shared: one value projection of the memory for all (deformable) layers (`shared_values`)."""
 
-    def __init__(self, layers: list[nn.Module], norm: nn.LayerNorm,
-                 queries: AnchorBoxQueries | LearnedQueries) -> None:
+    def __init__(self, layers: list[nn.Module], norm: nn.LayerNorm, queries: AnchorBoxQueries | LearnedQueries,
+                 shared: SharedValues | None = None) -> None:
         super().__init__()
-        self.layers, self.norm, self.queries = nn.ModuleList(layers), norm, queries
+        self.layers, self.norm, self.queries, self.shared = nn.ModuleList(layers), norm, queries, shared
 
     def forward(self, memory: Tensor, levels: FlatLevels, num_queries: int, self_mask: Tensor | None,
                 reference: Tensor | None = None, denoising: DenoisingQueries | None = None,
@@ -110,10 +112,11 @@ class QueryDecoder(nn.Module):
             assert reference is not None  # denoising needs box_refinement (FastDetrConfig), whose queries have boxes
             reference = torch.cat([denoising.boxes, reference], 1)
         hidden, boxes = [], []
+        values = {} if self.shared is None else {"given": self.shared(memory, levels.shapes, levels.key_padding)}
         for index, layer in enumerate(self.layers):
             query_pos = self.queries.query_pos(reference, batch, num_queries)  # (batch, queries, d_model)
             x = layer(x, query_pos, level_reference(reference, levels), memory, levels.pos, levels.key_padding,
-                      levels.shapes, self_mask, groups)
+                      levels.shapes, self_mask, groups, **values)
             hidden.append(self.norm(x))
             boxes.append(self.queries.boxes(index, hidden[-1], reference))
             reference = boxes[-1].detach() if self.queries.refines else reference
@@ -226,12 +229,16 @@ def build_fast_detr(config: FastDetrConfig, backbone_weights: Path | None = None
     backbone = MultiScaleJoiner(resnet, position, levels)
     encoder: nn.Module
     layers: list[nn.Module]
+    shared = None
     if config.deformable_attention:
         sizes = (d, config.num_heads, config.dim_feedforward, config.dropout, levels, config.deformable_points)
         encoder_layers = [DeformableEncoderLayer(*sizes) for _ in range(config.enc_layers)]
-        encoder = (LiteEncoder(encoder_layers, config.encoder_levels) if config.encoder_levels < levels
-                   else DeformableEncoder(encoder_layers))  # every level updated
-        layers = [DeformableDecoderLayer(*sizes) for _ in range(config.dec_layers)]
+        encoder = (LiteEncoder(encoder_layers, config.encoder_levels,
+                               SharedValues(d, config.num_heads) if config.shared_values else None)
+                   if config.encoder_levels < levels else DeformableEncoder(encoder_layers))  # every level updated
+        layers = [DeformableDecoderLayer(*sizes, own_values=not config.shared_values)
+                  for _ in range(config.dec_layers)]
+        shared = SharedValues(d, config.num_heads) if config.shared_values else None
     else:
         transformer = detr_transformer(config)
         assert isinstance(transformer.encoder, TransformerEncoder)  # detr_transformer's own encoder and decoder
@@ -245,7 +252,7 @@ def build_fast_detr(config: FastDetrConfig, backbone_weights: Path | None = None
     denoising = (DenoisingGenerator(config.num_classes, d, config.denoising_groups, config.denoising_label_noise,
                                     config.denoising_box_noise) if config.denoising_groups else None)
     return FastDETR(backbone, LevelProjection(backbone.num_channels, d, backbone.made_levels), encoder,
-                    QueryDecoder(layers, nn.LayerNorm(d), queries), config.num_classes, config.num_queries,
+                    QueryDecoder(layers, nn.LayerNorm(d), queries, shared), config.num_classes, config.num_queries,
                     config.query_groups, config.focal_loss, config.aux_loss, proposals, denoising)
 
 

@@ -13,18 +13,18 @@ all levels as before.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from attnkit.detection.variants.deformable_transformer import DeformableEncoder, DeformableEncoderLayer
+from attnkit.detection.variants.shared_values import SharedValues
 
 
 class LiteEncoder(DeformableEncoder):
     """The deformable encoder whose layers update the coarsest UPDATED_LEVELS levels' tokens only."""
 
-    def __init__(self, layers: list[DeformableEncoderLayer], updated_levels: int) -> None:
-        super().__init__(layers)
+    def __init__(self, layers: list[DeformableEncoderLayer], updated_levels: int,
+                 shared: SharedValues | None = None) -> None:
+        super().__init__(layers, shared)
         self.updated_levels = updated_levels
 
-    def first_updated(self, shapes: Sequence[tuple[int, int]]) -> int:
-        """The levels come finest first: the first key of the coarsest UPDATED_LEVELS (0 if that is all of them)."""
-        return sum(height * width for height, width in shapes[:max(len(shapes) - self.updated_levels, 0)])
+    def fixed_levels(self, count: int) -> int:
+        """The levels come finest first: all but the coarsest UPDATED_LEVELS (none if that is all of them)."""
+        return max(count - self.updated_levels, 0)

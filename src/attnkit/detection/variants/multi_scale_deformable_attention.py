@@ -19,20 +19,31 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 
-def deformable_sampling(value: Tensor, shapes: Sequence[tuple[int, int]], locations: Tensor,
+def value_maps(value: Tensor, shapes: Sequence[tuple[int, int]]) -> list[Tensor]:
+    """value: (batch, keys, heads, head_dim), the levels' (height, width) maps flattened one after the other
+    -> per level (batch * heads, head_dim, height, width), the layout `grid_sample` reads: each level's keys
+    sliced first, then laid out in one copy."""
+    batch, _, heads, head_dim = value.shape
+    return [level.permute(0, 2, 3, 1).contiguous().view(batch * heads, head_dim, *shape)
+            for level, shape in zip(value.split([h * w for h, w in shapes], dim=1), shapes)]
+
+
+def deformable_sampling(value: Tensor | Sequence[Tensor], shapes: Sequence[tuple[int, int]], locations: Tensor,
                         weights: Tensor) -> Tensor:
     """The inner sums of Eq. 3: bilinearly sampled values, weighted by A.
 
     value: (batch, keys, heads, head_dim), the levels' (height, width) maps flattened one after the
-    other; locations: (batch, queries, heads, levels, points, 2) as (x, y) in [0, 1] of each map;
-    weights: (batch, queries, heads, levels, points). Returns (batch, queries, heads * head_dim).
+    other, or already per level (batch * heads, head_dim, height, width) (`value_maps`); locations:
+    (batch, queries, heads, levels, points, 2) as (x, y) in [0, 1] of each map; weights: (batch,
+    queries, heads, levels, points). Returns (batch, queries, heads * head_dim).
     Points outside a map read zeros.
     """
-    batch, _, heads, head_dim = value.shape
-    queries, levels, points = locations.shape[1], locations.shape[3], locations.shape[4]
+    maps = value_maps(value, shapes) if isinstance(value, Tensor) else value
+    batch, queries, heads, levels, points = locations.shape[:5]
+    head_dim = maps[0].shape[1]
     # float32 arithmetic under mixed precision, as in the reference kernels (CPU autocast runs grid_sample in
     # float32 anyway; in bfloat16 it is 2-3x slower); float64 stays float64
-    dtype, work = value.dtype, torch.promote_types(value.dtype, torch.float32)
+    dtype, work = maps[0].dtype, torch.promote_types(maps[0].dtype, torch.float32)
     # laid out level first and copied contiguous: grid_sample is 2-3x slower on a strided grid or map (and
     # `.to` does not copy when the dtype already matches); points before queries, so that each point's samples
     # are whole rows of queries; each level's samples are weighted and added before the next level's are read
@@ -41,11 +52,8 @@ def deformable_sampling(value: Tensor, shapes: Sequence[tuple[int, int]], locati
     weights = weights.to(work).permute(3, 0, 2, 4, 1).reshape(levels, batch * heads, 1, points, queries)
     weights = weights.contiguous()
     output = None
-    for value_level, shape, grid, weight in zip(value.split([h * w for h, w in shapes], dim=1), shapes, grids,
-                                                weights):
-        # each level's keys sliced first, then laid out in one copy: (batch * heads, head_dim, height, width)
-        value_level = value_level.permute(0, 2, 3, 1).contiguous().to(work).view(batch * heads, head_dim, *shape)
-        sampled = F.grid_sample(value_level, grid, mode="bilinear", padding_mode="zeros",
+    for value_level, grid, weight in zip(maps, grids, weights):  # value_level: (batch * heads, head_dim, h, w)
+        sampled = F.grid_sample(value_level.to(work), grid, mode="bilinear", padding_mode="zeros",
                                 align_corners=False)  # (batch * heads, head_dim, points, queries)
         # each point's weighted samples added into the output in place: PyTorch's CPU product and sum over the
         # points write and read a second such tensor, and the sum over a middle dimension copies it again
@@ -59,16 +67,18 @@ def deformable_sampling(value: Tensor, shapes: Sequence[tuple[int, int]], locati
 
 
 class MultiScaleDeformableAttention(nn.Module):
-    """Eq. 3 with M heads, L levels and K points per head and level; batch first throughout."""
+    """Eq. 3 with M heads, L levels and K points per head and level; batch first throughout.
+    own_values=False: no value projection of its own, every level's values are given (`shared_values`)."""
 
-    def __init__(self, d_model: int, num_heads: int, num_levels: int, num_points: int) -> None:
+    def __init__(self, d_model: int, num_heads: int, num_levels: int, num_points: int,
+                 own_values: bool = True) -> None:
         super().__init__()
         if d_model % num_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
         self.num_heads, self.num_levels, self.num_points = num_heads, num_levels, num_points
         self.sampling_offsets = nn.Linear(d_model, num_heads * num_levels * num_points * 2)
         self.attention_weights = nn.Linear(d_model, num_heads * num_levels * num_points)
-        self.value_proj = nn.Linear(d_model, d_model)
+        self.value_proj = nn.Linear(d_model, d_model) if own_values else None
         self.output_proj = nn.Linear(d_model, d_model)
         self.reset_parameters()
 
@@ -84,20 +94,28 @@ class MultiScaleDeformableAttention(nn.Module):
         nn.init.zeros_(self.attention_weights.weight)
         nn.init.zeros_(self.attention_weights.bias)
         for linear in (self.value_proj, self.output_proj):
+            if linear is None:
+                continue
             nn.init.xavier_uniform_(linear.weight)
             nn.init.zeros_(linear.bias)
 
     def forward(self, query: Tensor, reference: Tensor, value: Tensor, shapes: Sequence[tuple[int, int]],
-                padding: Tensor | None = None) -> Tensor:
+                padding: Tensor | None = None, given: Sequence[Tensor] = ()) -> Tensor:
         """query: (batch, queries, d_model); reference: (batch, queries, levels, 2 or 4) in [0, 1] of each
         level's map; value: (batch, keys, d_model) with keys = sum of h * w over SHAPES; padding:
-        (batch, keys), True where a key is padding. Returns (batch, queries, d_model)."""
-        value = self.value_proj(value)
-        if padding is not None:
-            value = value.masked_fill(padding[..., None], 0.0)
-        value = value.unflatten(-1, (self.num_heads, -1))  # (batch, keys, heads, head_dim)
+        (batch, keys), True where a key is padding. Returns (batch, queries, d_model).
+        given: the first levels' values already projected (`shared_values`), per level (batch * heads,
+        head_dim, h, w); VALUE and PADDING then hold the other levels' keys only."""
+        own = shapes[len(given):]
+        maps = list(given)
+        if own:
+            assert self.value_proj is not None, "own_values=False: every level's values are given"
+            value = self.value_proj(value)
+            if padding is not None:
+                value = value.masked_fill(padding[..., None], 0.0)
+            maps += value_maps(value.unflatten(-1, (self.num_heads, -1)), own)  # (batch, keys, heads, head_dim)
         locations, weights = self.sampling(query, reference, shapes)
-        return self.output_proj(deformable_sampling(value, shapes, locations, weights))
+        return self.output_proj(deformable_sampling(maps, shapes, locations, weights))
 
     def sampling(self, query: Tensor, reference: Tensor, shapes: Sequence[tuple[int, int]]) -> tuple[Tensor, Tensor]:
         """Where each query reads and how much: the sampling locations phi_l(p_q) + delta p_mlqk
