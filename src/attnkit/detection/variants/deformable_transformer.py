@@ -49,11 +49,11 @@ class DeformableEncoderLayer(nn.Module):
                 padding: Tensor | None, first: int = 0, given: Sequence[Tensor] = ()) -> Tensor:
         """x, pos: (batch, keys, d_model); reference: (batch, keys, levels, 2); padding: (batch, keys) or None.
         first: the keys before it are read (as values) but not updated (`variants.lite_encoder`).
-        given: those keys' values, already projected (`variants.shared_values`): the layer projects its own."""
+        given: the first levels' values, already projected (`variants.shared_values`); X, POS, REFERENCE and
+        PADDING then hold the other levels' keys only."""
         query = x[:, first:]  # (batch, updated keys, d_model)
-        value, value_padding = (query, None if padding is None else padding[:, first:]) if given else (x, padding)
-        query = self.norm(query + self.dropout(self.self_attn(query + pos[:, first:], reference[:, first:], value,
-                                                              shapes, value_padding, given)))
+        query = self.norm(query + self.dropout(self.self_attn(query + pos[:, first:], reference[:, first:], x, shapes,
+                                                              padding, given)))
         updated = self.ffn(query)
         return torch.cat([x[:, :first], updated], 1) if first else updated  # (batch, keys, d_model)
 
@@ -88,12 +88,18 @@ class DeformableEncoder(nn.Module):
                                            lambda: encoder_reference_points(levels.shapes, levels.valid_ratios))
         fixed, src, padding = self.fixed_levels(len(levels.shapes)), levels.src, levels.key_padding
         first = sum(height * width for height, width in levels.shapes[:fixed])
-        given: list[Tensor] = []
-        if self.shared is not None and fixed:  # the fixed levels' values, once for all layers
-            given = self.shared(src[:, :first], levels.shapes[:fixed], None if padding is None else padding[:, :first])
+        if self.shared is None or not fixed:
+            for layer in self.layers:
+                src = layer(src, levels.pos, reference, levels.shapes, padding, first)
+            return src  # (batch, keys, d_model)
+        # the fixed levels' values projected once; the layers then read them through these alone, and run on the
+        # updated keys, joined to the fixed ones once at the end
+        given = self.shared(src[:, :first], levels.shapes[:fixed], None if padding is None else padding[:, :first])
+        updated, pos, reference = src[:, first:], levels.pos[:, first:], reference[:, first:]
+        updated_padding = None if padding is None else padding[:, first:]
         for layer in self.layers:
-            src = layer(src, levels.pos, reference, levels.shapes, padding, first, given)
-        return src  # (batch, keys, d_model)
+            updated = layer(updated, pos, reference, levels.shapes, updated_padding, 0, given)
+        return torch.cat([src[:, :first], updated], 1)  # (batch, keys, d_model)
 
     def fixed_levels(self, count: int) -> int:
         """Of COUNT levels (finest first), how many the layers read but do not update: none here."""
