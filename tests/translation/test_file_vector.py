@@ -1,4 +1,5 @@
-"""FileVector reads what a numpy array of the same file would hold, element or slice, without mapping it."""
+"""FileVector reads what a numpy array of the same file would hold, element or slice, without mapping it,
+with os.pread or without it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,15 @@ import pytest
 from attnkit.translation.file_vector import FileVector
 
 
-def test_reads_equal_the_arrays(tmp_path):
+@pytest.fixture(params=["pread", "seek and read"])
+def reads(request, monkeypatch):
+    """Both ways of reading: os.pread, and the fallback of systems without it (Windows)."""
+    if request.param != "pread":
+        monkeypatch.delattr("os.pread")
+    return request.param
+
+
+def test_reads_equal_the_arrays(tmp_path, reads):
     values = np.arange(1000, dtype=np.int64) * 7
     np.save(tmp_path / "values.npy", values)
     vector = FileVector.npy(tmp_path / "values.npy")

@@ -3,12 +3,14 @@
 A memory map of a corpus of millions of sentences grows the process's resident size with every
 sentence read: each page fault maps the 64 KiB around it (Linux's fault-around), and random
 batches touch pages all over the files. A positioned read costs the bytes it returns and nothing
-after, whatever the corpus's size; a batch of a few dozen sentences is a few dozen reads.
+after, whatever the corpus's size; a batch of a few dozen sentences is a few dozen reads. Where
+the system has no `os.pread` (Windows), a seek and a read under a lock do the same.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +22,7 @@ class FileVector:
     def __init__(self, path: Path, dtype: np.dtype, offset: int = 0) -> None:
         self.path, self.dtype, self.offset = path, np.dtype(dtype), offset
         self._file = path.open("rb")  # closed with the object
+        self._lock = threading.Lock()  # the seek-and-read fallback's
         self._length = (os.fstat(self._file.fileno()).st_size - offset) // self.dtype.itemsize
 
     @classmethod
@@ -46,5 +49,11 @@ class FileVector:
 
     def _read(self, start: int, count: int) -> np.ndarray:
         size = self.dtype.itemsize
-        data = os.pread(self._file.fileno(), count * size, self.offset + start * size)
+        position = self.offset + start * size
+        if hasattr(os, "pread"):
+            data = os.pread(self._file.fileno(), count * size, position)
+        else:
+            with self._lock:
+                self._file.seek(position)
+                data = self._file.read(count * size)
         return np.frombuffer(data, dtype=self.dtype)  # (count,), read-only
