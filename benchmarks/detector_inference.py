@@ -91,10 +91,11 @@ def training_step_ms(models: dict[str, torch.nn.Module], config: DetectionConfig
 
 def free_sampling(model: torch.nn.Module) -> torch.nn.Module:
     """MODEL with every deformable attention's sampling skipped: a lower bound for any kernel that samples."""
-    def forward(self, query, reference, value, shapes, padding=None):
+    def forward(self, query, reference, value, shapes, padding=None, given=()):
         for projection, inputs in ((self.value_proj, value), (self.sampling_offsets, query),
                                    (self.attention_weights, query)):
-            projection(inputs)  # computed and dropped: what any sampling kernel would be given
+            if projection is not None:  # no value projection of its own: the values are given
+                projection(inputs)  # computed and dropped: what any sampling kernel would be given
         return self.output_proj(query.new_zeros(query.shape))
 
     for module in model.modules():
