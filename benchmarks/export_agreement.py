@@ -1,6 +1,9 @@
 """How often the exports of a translation run give attnkit's tokens: transformers' `generate` on the
-`export hf` folder and `ctranslate2.Translator` on `export ctranslate2` (float32 and int8), greedy and beam 4,
-on English number words. Prints a table; usage: python benchmarks/export_agreement.py RUN [--every 8]."""
+`export hf` folder, `ctranslate2.Translator` on `export ctranslate2` (float32 and int8) and, for a run whose
+decoder starts from zero (the presets'), on what CTranslate2's own converter makes of the `export hf` folder;
+greedy and beam 4, on English number words, each sentence with attnkit's length limit (its source + 50) and no
+minimum length (CTranslate2's default is 1). Outputs are compared as tokens (the hf folder's ids are Marian's
+order). Prints a table; usage: python benchmarks/export_agreement.py RUN [--every 8]."""
 
 from __future__ import annotations
 
@@ -30,9 +33,15 @@ def main() -> None:
     export_ctranslate2(args.run, out / "ct2")
     export_ctranslate2(args.run, out / "ct2-int8", quantization="int8")
     model = Translator.from_run(args.run, device="cpu").model
-    tokenizer = transformers.AutoTokenizer.from_pretrained(out / "hf")
+    folders = ["ct2", "ct2-int8"]
+    if model.config.decoder_start == "zero":
+        ctranslate2.converters.TransformersConverter(str(out / "hf")).convert(str(out / "converted"))
+        folders.append("converted")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out / "ct2")  # attnkit's ids
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(out / "hf")  # Marian's order of them
     marian = transformers.MarianMTModel.from_pretrained(out / "hf").eval()
-    ids = [tokenizer(num2words(n)).input_ids for n in range(1, 1000, args.every)]
+    texts = [num2words(n) for n in range(1, 1000, args.every)]
+    ids = [tokenizer(text).input_ids for text in texts]
     power = DecodingConfig(length_penalty_form="power")
     ours = {"greedy": [greedy_decode(model, torch.tensor([i]))[0] for i in ids],
             "beam 4, GNMT penalty": [beam_search(model, torch.tensor([i]), 4, 0.6)[0].tokens for i in ids],
@@ -41,14 +50,17 @@ def main() -> None:
     theirs = {}
     with torch.no_grad():
         for beams in (1, 4):
-            theirs[("transformers generate", beams)] = [
-                _until_eos(marian.generate(torch.tensor([i]), num_beams=beams)[0, 1:].tolist()) for i in ids]
-    for folder in ("ct2", "ct2-int8"):
+            generated = [marian.generate(torch.tensor([hf_tokenizer(text).input_ids]), num_beams=beams,
+                                         max_new_tokens=len(i) + EXTRA_LENGTH - 1)[0, 1:]
+                         for text, i in zip(texts, ids)]  # Marian's ids -> tokens -> attnkit's ids
+            tokens = [hf_tokenizer.convert_ids_to_tokens(row.tolist()) for row in generated]
+            theirs[("transformers generate", beams)] = [_until_eos(tokenizer.convert_tokens_to_ids(t)) for t in tokens]
+    for folder in folders:
         translator = ctranslate2.Translator(str(out / folder))
         for beams in (1, 4):
-            results = translator.translate_batch([tokenizer.convert_ids_to_tokens(i) for i in ids], beam_size=beams,
-                                                 length_penalty=0.6,
-                                                 max_decoding_length=max(map(len, ids)) + EXTRA_LENGTH - 1)
+            results = [translator.translate_batch([tokenizer.convert_ids_to_tokens(i)], beam_size=beams,
+                                                  length_penalty=0.6, min_decoding_length=0,
+                                                  max_decoding_length=len(i) + EXTRA_LENGTH - 1)[0] for i in ids]
             theirs[(f"CTranslate2 {folder}", beams)] = [tokenizer.convert_tokens_to_ids(r.hypotheses[0])
                                                         for r in results]
     print("| engine | search | attnkit's search | identical |\n|---|---|---|---|")

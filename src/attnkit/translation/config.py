@@ -108,8 +108,9 @@ class TranslationConfig:
 # The recipes' layout is tensor2tensor's and Marian's, so that their models export to MarianMTModel and
 # CTranslate2 as they are: the sinusoids as sines | cosines (t2t's get_timing_signal_1d; section 3.5's PE with its
 # channels reordered, which training cannot tell apart) and no LayerNorm after the last post-norm layer (section 3.1
-# has none; torch's nn.Transformer adds one). Measured: no loss of quality (BENCHMARKS.md, "Exportable recipe").
-EXPORTABLE_LAYOUT: dict[str, Any] = {"sinusoid_layout": "halves", "final_norm": False}
+# has none; torch's nn.Transformer adds one), and the decoder started from the zero vector (Marian's start, which
+# CTranslate2's converter assumes). Measured: no loss of quality (BENCHMARKS.md, "Exportable recipe").
+EXPORTABLE_LAYOUT: dict[str, Any] = {"sinusoid_layout": "halves", "final_norm": False, "decoder_start": "zero"}
 
 
 def preset(name: str) -> TranslationConfig:

@@ -19,6 +19,12 @@ first half of the channels, cosines in the second; positions from 0, no learned 
 (post-norm without a last LayerNorm), `output_bias=True` (a final logits bias) and
 `suppressed_outputs` (ids outside the model's own vocabulary, excluded before the softmax: an
 imported model's <s> is a copy of its own decoder start token).
+
+`decoder_start="zero"` starts the decoder from the zero vector (plus position 0's encoding) where the
+paper's decoder reads the <s> embedding: Marian's convention, which transformers' MarianMTModel writes as
+a zero <pad> row that starts the decoder, and CTranslate2 as `start_from_zero_embedding`. Such a model
+never outputs <pad> (Marian's vocabulary has none), so `ct2-transformers-converter`, which drops that
+row, keeps the model's distribution.
 """
 
 from __future__ import annotations
@@ -41,9 +47,10 @@ from attnkit.nn import (
 )
 from attnkit.nn.dropout import Dropout
 from attnkit.translation.activations import ACTIVATIONS, feed_forward_activation
-from attnkit.translation.tokenizer import PAD_ID
+from attnkit.translation.tokenizer import BOS_ID, PAD_ID
 
 PositionalEncoding = Literal["sinusoidal", "learned", "rotary"]
+DecoderStart = Literal["bos", "zero"]
 
 
 @dataclass(frozen=True)
@@ -69,11 +76,14 @@ class Seq2SeqConfig:
     scale_embeddings: bool = True  # multiply the embeddings by sqrt(d_model) (section 3.4)
     output_bias: bool = False  # a bias on the output logits (Marian's final_logits_bias)
     suppressed_outputs: tuple[int, ...] = ()  # ids excluded before the softmax (an imported model's <s> copy)
+    decoder_start: DecoderStart = "bos"  # the decoder's first input: <s>'s embedding, or zero (Marian)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "suppressed_outputs", tuple(int(i) for i in self.suppressed_outputs))
         if self.sinusoid_layout not in ("interleaved", "halves"):
             raise ConfigError(f"sinusoid_layout must be interleaved or halves, got '{self.sinusoid_layout}'")
+        if self.decoder_start not in ("bos", "zero"):
+            raise ConfigError(f"decoder_start must be bos or zero, got '{self.decoder_start}'")
         if self.activation not in ACTIVATIONS:
             raise ConfigError(f"activation must be one of {', '.join(ACTIVATIONS)}, got '{self.activation}'")
         if self.d_model <= 0 or self.num_heads <= 0 or self.d_model % self.num_heads:
@@ -129,6 +139,8 @@ class TranslationCache(DecoderCache):
 class Seq2SeqTransformer(nn.Module):
     """Embeddings * sqrt(d_model) + positions, the encoder-decoder, and the tied output projection."""
 
+    suppressed: Tensor  # (vocab,) bool buffer: True at the ids never proposed
+
     def __init__(self, config: Seq2SeqConfig) -> None:
         super().__init__()
         if config.source_vocab_size < 5 or config.target_vocab_size < 5:
@@ -148,6 +160,13 @@ class Seq2SeqTransformer(nn.Module):
                 stack.norm = None  # type: ignore[assignment]  # nn.Module's own attribute typing
         if config.output_bias:
             self.output_bias = nn.Parameter(torch.zeros(config.target_vocab_size))  # (vocab,)
+        self.output_projection: nn.Module | None = None  # an untied int8 copy, bias included (translator.quantized)
+        # ids never proposed at decoding: the config's, and <pad> for a zero start (Marian's vocabulary has none)
+        suppressed = {*config.suppressed_outputs, *((PAD_ID,) if config.decoder_start == "zero" else ())}
+        self.register_buffer("suppressed", torch.zeros(config.target_vocab_size, dtype=torch.bool),
+                             persistent=False)  # (vocab,), True where excluded; not saved with the weights
+        self.suppressed[sorted(suppressed)] = True
+        self._suppresses = bool(suppressed)
         self.embedding_dropout = Dropout(config.dropout)  # "dropout to the sums of the embeddings and the PE"
 
     def forward(self, source: Tensor, target_input: Tensor) -> Tensor:
@@ -171,25 +190,33 @@ class Seq2SeqTransformer(nn.Module):
             hidden = self._decode(prefix[:, cache.length:], encoded, cache, offset=cache.length)
         else:
             hidden = self._decode(prefix, encoded, None, offset=0)
-        logits = self._project(hidden[:, -1])  # (batch, vocab)
-        if self.config.suppressed_outputs:
-            logits[:, list(self.config.suppressed_outputs)] = float("-inf")
-        return logits
+        return self.next_token_logits(hidden[:, -1])  # (batch, vocab)
+
+    def next_token_logits(self, hidden: Tensor) -> Tensor:
+        """hidden: (batch, d_model) -> logits (batch, vocab), -inf at the ids never proposed."""
+        logits = self._project(hidden)  # (batch, vocab)
+        return logits.masked_fill(self.suppressed, float("-inf")) if self._suppresses else logits
 
     def _decode(self, target: Tensor, encoded: EncodedSource, cache: DecoderCache | None, offset: int) -> Tensor:
-        y = self._embed(self.target_embedding, target, offset)  # (batch, target_length, d_model)
+        y = self._embed(self.target_embedding, target, offset, start=True)  # (batch, target_length, d_model)
         return self.transformer.decode(y, encoded.memory, memory_key_padding_mask=encoded.padding_mask,
                                        tgt_is_causal=True, cache=cache)  # (batch, target_length, d_model)
 
-    def _embed(self, embedding: nn.Embedding, ids: Tensor, offset: int) -> Tensor:
-        x = embedding(ids)  # (batch, length, d_model)
-        if self.config.scale_embeddings:
-            x = x * math.sqrt(self.config.d_model)
+    def _embed(self, embedding: nn.Embedding, ids: Tensor, offset: int, start: bool = False) -> Tensor:
+        x = self.token_embeddings(embedding, ids, start)  # (batch, length, d_model)
         if isinstance(self.positions, SinusoidalPositionalEncoding):
             x = x + self._sinusoids(offset + ids.size(1), x)[offset:].to(x.dtype)  # PE(pos): (length, d_model)
         elif self.positions is not None:
             x = x + self.positions(x, offset)
         return self.embedding_dropout(x)
+
+    def token_embeddings(self, embedding: nn.Embedding, ids: Tensor, start: bool) -> Tensor:
+        """ids: (batch, length) -> embeddings * sqrt(d_model) (batch, length, d_model); START: the decoder's input,
+        whose <s> is the zero vector under decoder_start="zero"."""
+        x = embedding(ids)  # (batch, length, d_model)
+        if start and self.config.decoder_start == "zero":
+            x = x.masked_fill((ids == BOS_ID).unsqueeze(-1), 0.0)
+        return x * math.sqrt(self.config.d_model) if self.config.scale_embeddings else x
 
     def _sinusoids(self, length: int, x: Tensor) -> Tensor:
         """PE(0..length-1), computed once and kept (decoding asks for one position per step)."""
@@ -203,6 +230,8 @@ class Seq2SeqTransformer(nn.Module):
         return table[:length]
 
     def _project(self, hidden: Tensor) -> Tensor:
+        if self.output_projection is not None:
+            return self.output_projection(hidden)  # (..., vocab)
         logits = hidden @ self.target_embedding.weight.t()  # (..., vocab): the pre-softmax matrix is the embedding
         return logits + self.output_bias if self.config.output_bias else logits
 

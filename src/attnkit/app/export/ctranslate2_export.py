@@ -2,7 +2,9 @@
 weights with CTranslate2's specification API (`ctranslate2.specs.TransformerSpec`), so every layout attnkit
 trains exports as it is: post-norm or pre-norm, a final LayerNorm or none (a post-norm final norm is declared on
 the spec, and CTranslate2 applies it when present), sinusoids in either layout or learned positions (written as
-the position table), the run's activation, embedding scale and output bias, the decoder started from <s>.
+the position table), the run's activation, embedding scale and output bias, the decoder started from <s> or, for a
+`decoder_start="zero"` run, from the zero vector (`start_from_zero_embedding`; <pad>, which such a run never
+proposes, gets a -inf output bias).
 
 The folder also holds the run's tokenizer (tokenizer.json + tokenizer_config.json, as `export hf` writes them), so
 
@@ -28,7 +30,7 @@ from attnkit.errors import ConfigError
 from attnkit.nn import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from attnkit.translation.config import TranslationConfig
 from attnkit.translation.model import Seq2SeqConfig, Seq2SeqTransformer
-from attnkit.translation.tokenizer import BOS, EOS, UNK
+from attnkit.translation.tokenizer import BOS, EOS, PAD_ID, UNK
 
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 # attnkit activation -> CTranslate2's Activation member name
@@ -104,8 +106,13 @@ def transformer_spec(config: TranslationConfig, tensors: dict[str, Tensor], posi
             _layer_norm(side.layer_norm, tensors, f"transformer.{'encoder' if side is spec.encoder else 'decoder'}"
                                                   f".norm")
     spec.decoder.projection.weight = tensors["target_embedding.weight"].numpy()  # tied (section 3.4)
-    if model.output_bias:
-        spec.decoder.projection.bias = tensors["output_bias"].numpy()
+    bias = tensors["output_bias"].clone() if model.output_bias else None
+    if model.decoder_start == "zero":  # Marian's start; <pad> is never proposed (Seq2SeqTransformer.suppressed)
+        spec.decoder.start_from_zero_embedding = True
+        bias = torch.zeros(len(tokens)) if bias is None else bias
+        bias[PAD_ID] = float("-inf")
+    if bias is not None:
+        spec.decoder.projection.bias = bias.numpy()
     for index, layer in enumerate(spec.encoder.layer):
         prefix = f"transformer.encoder.layers.{index}"
         _self_attention(layer.self_attention, tensors, f"{prefix}.self_attn", f"{prefix}.norm1")

@@ -18,7 +18,6 @@ from the graph's inputs, so the arithmetic is the PyTorch model's.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import cast
@@ -36,23 +35,25 @@ MAX_POSITIONS = 1024  # rows of the sinusoid table baked into the graphs (source
 
 
 class _Embedding(nn.Module):
-    """Embedding * sqrt(d_model) + positions, indexed by a positions tensor instead of a Python offset."""
+    """The model's embeddings (its scale, its decoder start) + positions, indexed by a positions tensor instead
+    of a Python offset."""
 
     positions: Tensor | None  # (positions, d_model): a buffer, the learned table, or None (rotary)
 
-    def __init__(self, model: Seq2SeqTransformer, table: nn.Embedding) -> None:
+    def __init__(self, model: Seq2SeqTransformer, table: nn.Embedding, start: bool = False) -> None:
         super().__init__()
-        self.table, self.scale = table, math.sqrt(model.config.d_model)
+        self.model, self.table, self.start = model, table, start
         positions = model.positions
-        if isinstance(positions, SinusoidalPositionalEncoding):
-            self.register_buffer("positions", positions.encoding(MAX_POSITIONS), persistent=False)
+        if isinstance(positions, SinusoidalPositionalEncoding):  # in the model's layout (interleaved or halves)
+            self.register_buffer("positions", model._sinusoids(MAX_POSITIONS, torch.empty(0)).clone(),
+                                 persistent=False)
         elif isinstance(positions, LearnedPositionalEmbedding):
             self.positions = positions.weight
         else:
             self.positions = None  # rotary: applied inside self-attention
 
     def forward(self, ids: Tensor, positions: Tensor) -> Tensor:
-        x = self.table(ids) * self.scale  # (batch, length, d_model)
+        x = self.model.token_embeddings(self.table, ids, self.start)  # (batch, length, d_model)
         if self.positions is None:
             return x
         return x + self.positions.index_select(0, positions).unsqueeze(0)  # PE: (1, length, d_model)
@@ -85,7 +86,7 @@ class DecoderStepGraph(nn.Module):
 
     def __init__(self, model: Seq2SeqTransformer) -> None:
         super().__init__()
-        self.model, self.embed = model, _Embedding(model, model.target_embedding)
+        self.model, self.embed = model, _Embedding(model, model.target_embedding, start=True)
 
     def forward(self, token: Tensor, position: Tensor, source_padding_mask: Tensor, cross_keys: Tensor,
                 cross_values: Tensor, past_keys: Tensor, past_values: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -96,7 +97,7 @@ class DecoderStepGraph(nn.Module):
         memory = cross_keys[0].transpose(1, 2).flatten(2)  # (batch, source, d_model): shapes only, K/V are cached
         hidden = self.model.transformer.decode(y, memory, memory_key_padding_mask=source_padding_mask,
                                                tgt_is_causal=True, cache=cache)  # (batch, 1, d_model)
-        logits = self.model._project(hidden[:, -1])  # (batch, vocab)
+        logits = self.model.next_token_logits(hidden[:, -1])  # (batch, vocab), -inf where never proposed
         present_keys = torch.stack([cast(Tensor, layer.self_attn.key) for layer in cache.layers])  # decode filled them
         present_values = torch.stack([cast(Tensor, layer.self_attn.value) for layer in cache.layers])
         return logits, present_keys, present_values  # (layers, batch, heads, past + 1, head_dim)

@@ -8,6 +8,14 @@ out of torch's packed `in_proj_*`, so the export follows the installed version's
 load is strict (every tensor named, none left over). What does not match (pre-norm or DC5 DETR, a
 translation model with the paper's interleaved positions or final LayerNorms, ...) is refused with
 the differences named; the translation presets train Marian's layout, so their models export.
+
+A translation run's BPE vocabulary is written in Marian's order, <pad> last (attnkit id i -> i - 1, <pad> 0 ->
+the last id), since CTranslate2's converter (`ct2-transformers-converter`) drops the last row as the pad. A run
+whose decoder starts from a zero vector (`decoder_start="zero"`, the presets') exports that start as Marian
+does: a zero <pad> row is the decoder start token, excluded from the outputs by a -inf logit bias, so both
+transformers and the converter's model give the run's translations. A run started from <s> exports <s> as the
+decoder start: exact in transformers, but the converter would start from zero; `attnkit export ctranslate2`
+(CTranslate2's spec API) converts such runs.
 """
 
 from __future__ import annotations
@@ -200,8 +208,15 @@ def marian_generation(config: TranslationConfig, target: MarianIds) -> dict[str,
     return generation
 
 
-def marian_ids(tokenizer, tensors: dict[str, Tensor]) -> tuple[MarianIds, MarianIds]:
-    """(source, target) Marian ids of a run's vocabularies. attnkit's BPE keeps its ids (<s> 1 starts); a
+def bpe_marian_ids(size: int, zero_start: bool) -> MarianIds:
+    """attnkit's BPE in Marian's order: <pad> last (CTranslate2's converter drops the last row as Marian's pad),
+    every other id one down; the pad starts a zero-start run's decoder, <s> the others'."""
+    order = list(range(1, size)) + [PAD_ID]
+    return MarianIds(order, size - 1, order.index(EOS_ID), size - 1 if zero_start else order.index(BOS_ID))
+
+
+def marian_ids(tokenizer, tensors: dict[str, Tensor], zero_start: bool = False) -> tuple[MarianIds, MarianIds]:
+    """(source, target) Marian ids of a run's vocabularies. attnkit's BPE: `bpe_marian_ids`; a
     SentencePiece (imported) vocabulary goes back to Marian's layout: </s> 0, <unk> 1, the pieces, and <pad> last
     (one vocabulary) or 2 (one per side, so that both sides have it at one id). <s>, a copy of the start token's
     row, is dropped for that row; a <s> of its own (fine-tuned apart) stays, last."""
@@ -210,7 +225,7 @@ def marian_ids(tokenizer, tensors: dict[str, Tensor]) -> tuple[MarianIds, Marian
     if not isinstance(tokenizer, SentencePieceTokenizer):
         if not tokenizer.joint:
             raise ConfigError("separate source and target vocabularies cannot be exported as one Marian vocabulary")
-        ids = MarianIds(list(range(tokenizer.target_vocab_size)), PAD_ID, EOS_ID, BOS_ID)
+        ids = bpe_marian_ids(tokenizer.target_vocab_size, zero_start)
         return ids, ids
     embedding = tensors["target_embedding.weight"]
     bias = tensors.get("output_bias", torch.zeros(len(embedding)))
@@ -242,11 +257,14 @@ def export_marian(folder, tensors: dict[str, Tensor], out: Path):
     """A transformers MarianMTModel holding a translation run's weights; its tokenizer files go to `out`."""
     import transformers
 
+    from attnkit.training.messages import note
+    from attnkit.translation.sentencepiece_tokenizer import SentencePieceTokenizer
     from attnkit.translation.tokenizer import SubwordTokenizer
 
     config = TranslationConfig.from_dict(folder.config)
     tokenizer = SubwordTokenizer.load(folder.path)
-    source, target = marian_ids(tokenizer, tensors)
+    zero_start = getattr(config.model, "decoder_start", "bos") == "zero"
+    source, target = marian_ids(tokenizer, tensors, zero_start)
     generation = marian_generation(config, target)
     hf_config = marian_hf_config(config, source, target, generation)
     target_index = torch.tensor(target.order)
@@ -254,8 +272,16 @@ def export_marian(folder, tensors: dict[str, Tensor], out: Path):
     if target.order[target.start] == BOS_ID != target.order[target.pad] and \
             BOS_ID in getattr(config.model, "suppressed_outputs", ()):
         bias[target.start] = float("-inf")  # <s> as a token of its own: never proposed, as in attnkit
-    extra = {"final_logits_bias": bias.reshape(1, -1), "source": tensors["source_embedding.weight"][source.order],
+    extra = {"source": tensors["source_embedding.weight"][source.order],
              "target": tensors["target_embedding.weight"][target_index]}
+    if zero_start:  # Marian's start: the zero pad row, never proposed (as attnkit's model never proposes <pad>)
+        extra = {side: rows.index_fill(0, torch.tensor([target.pad]), 0.0) for side, rows in extra.items()}
+        bias[target.pad] = float("-inf")
+    elif not isinstance(tokenizer, SentencePieceTokenizer):
+        note(f"{folder.path}: this run's decoder starts from <s>'s embedding: transformers loads the export as it "
+             f"is, but ct2-transformers-converter would start it from a zero vector (Marian's start); convert "
+             f"it with `attnkit export ctranslate2`, or train with model.decoder_start=zero")
+    extra["final_logits_bias"] = bias.reshape(1, -1)
     model = transformers.MarianMTModel(hf_config).eval()
     names = [k for k in model.state_dict() if "embed_positions" not in k]
     mapped = map_from(names, _marian_attnkit_name, {**tensors, **extra}, "Marian export")
@@ -279,17 +305,23 @@ def _marian_attnkit_name(hf_name: str) -> str:
     return name
 
 
-def write_fast_tokenizer(tokenizer, out: Path, max_length: int) -> None:
+def write_fast_tokenizer(tokenizer, out: Path, max_length: int, order: list[int] | None = None) -> None:
     """attnkit's joint BPE as tokenizer.json + tokenizer_config.json, which AutoTokenizer loads as a
-    PreTrainedTokenizerFast giving attnkit's model input: the pieces' ids, then </s> (a post-processor, as
-    MarianTokenizer ends sources); decode(skip_special_tokens=True) gives attnkit's text."""
+    PreTrainedTokenizerFast giving the model input: the pieces' ids, then </s> (a post-processor, as
+    MarianTokenizer ends sources); decode(skip_special_tokens=True) gives attnkit's text. ORDER: the attnkit id
+    of each exported id (None: attnkit's ids)."""
     from tokenizers import Tokenizer, processors
 
     from attnkit.translation.tokenizer import BOS, EOS, PAD, UNK
 
-    exported = Tokenizer.from_str(tokenizer.source.to_str())  # a copy: the run's tokenizer adds no </s>
+    saved = json.loads(tokenizer.source.to_str())  # a copy: the run's tokenizer adds no </s>
+    new_id = {attnkit: exported for exported, attnkit in enumerate(order or range(tokenizer.source_vocab_size))}
+    saved["model"]["vocab"] = {token: new_id[i] for token, i in saved["model"]["vocab"].items()}
+    for added in saved["added_tokens"]:
+        added["id"] = new_id[added["id"]]
+    exported = Tokenizer.from_str(json.dumps(saved))
     exported.post_processor = processors.TemplateProcessing(single=f"$A {EOS}", pair=f"$A {EOS} $B {EOS}",
-                                                            special_tokens=[(EOS, EOS_ID)])
+                                                            special_tokens=[(EOS, new_id[EOS_ID])])
     exported.save(str(out / "tokenizer.json"))
     options = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": BOS, "eos_token": EOS, "unk_token": UNK,
                "pad_token": PAD, "model_max_length": max_length, "clean_up_tokenization_spaces": False}
@@ -298,12 +330,12 @@ def write_fast_tokenizer(tokenizer, out: Path, max_length: int) -> None:
 
 def _write_tokenizer(tokenizer, source: MarianIds, target: MarianIds, out: Path, max_length: int) -> None:
     """SentencePiece: source.spm, target.spm, vocab.json (and target_vocab.json, one per side) in Marian's ids
-    (MarianTokenizer loads them); attnkit's BPE: tokenizer.json (PreTrainedTokenizerFast loads it)."""
+    (MarianTokenizer loads them); attnkit's BPE: tokenizer.json (PreTrainedTokenizerFast loads it) in Marian's ids."""
     from attnkit.translation.sentencepiece_tokenizer import SentencePieceTokenizer
 
     out.mkdir(parents=True, exist_ok=True)
     if not isinstance(tokenizer, SentencePieceTokenizer):
-        write_fast_tokenizer(tokenizer, out, max_length)
+        write_fast_tokenizer(tokenizer, out, max_length, source.order)
         return
     options: dict[str, Any] = {"tokenizer_class": "MarianTokenizer"}
     (out / "vocab.json").write_text(_marian_vocab(tokenizer.pieces, source))
