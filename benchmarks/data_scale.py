@@ -1,8 +1,11 @@
-"""Data at scale: start-up time, peak memory and steps/s of `attnkit train translation` against corpus size.
+"""Data at scale: start-up time, peak memory and steps/s of `attnkit train translation` against corpus size,
+and of `attnkit train detection` against image-set size.
 
     python benchmarks/data_scale.py corpus /tmp/scale --pairs 100000 1000000 4000000
     python benchmarks/data_scale.py run /tmp/scale --pairs 100000 1000000 4000000 --steps 20
     python benchmarks/data_scale.py table /tmp/scale     # the table and plot again, from /tmp/scale/results.json
+    python benchmarks/data_scale.py images /tmp/scale --images 1000 10000 118287
+    python benchmarks/data_scale.py run /tmp/scale --images 1000 10000 118287    # results-images.json
 
 `corpus` writes DIR/<pairs>/train.tsv + valid.tsv: synthetic pairs recombined from real English
 sentences (vim's documentation, present on most Linux machines, else Python's own docstrings):
@@ -15,6 +18,12 @@ training step (see `timed_run`), steps/s the rate of the steps after it. Sizes r
 other; each size's second run follows its first.
 It prints a JSON line per size (kept in DIR/results.json), then a table, and draws
 docs/images/data_scale.png.
+
+`images` writes DIR/images-<count>: the built-in `shapes` at 96 px (`attnkit data shapes`), COCO's
+layout, up to COCO's 118,287 training images. `run --images` trains the `small` detector 20 steps on
+each with `--skip-bad-images` (every image is decode-checked, the costliest start): the first run
+builds the annotation index and the decode check's cache, the second finds them
+(DIR/results-images.json, docs/images/data_scale_images.png).
 """
 
 from __future__ import annotations
@@ -69,18 +78,27 @@ def write_corpus(folder: Path, pairs: int, pool: list[list[str]], seed: int = 0)
                 file.write(f"{' '.join(window)}\t{' '.join(target)}\n")
 
 
-def timed_run(data: Path, out: Path, steps: int) -> dict[str, float]:
-    """One `attnkit train translation` under /usr/bin/time -v: start-up seconds, steps/s, peak RSS (GB).
+def translation_command(data: Path, out: Path, steps: int) -> list[str]:
+    return ["train", "translation", "--data", str(data), "--out", str(out), "--steps", str(steps), "--preset", "tiny",
+            "--set", "eval_sentences=20", "--set", "eval_every_minutes=1000", "--set", "max_tokens=1000"]
+
+
+def detection_command(data: Path, out: Path, steps: int) -> list[str]:
+    return ["train", "detection", "--data", str(data), "--out", str(out), "--steps", str(steps), "--preset", "small",
+            "--device", "cpu", "--skip-bad-images"]
+
+
+def timed_run(arguments: list[str]) -> dict[str, float]:
+    """One `attnkit ARGUMENTS` under /usr/bin/time -v: start-up seconds, steps/s, peak RSS (GB).
 
     The log shows steps 10 and 20 (validation is off until the end), so the first step's time is
     step 10's less nine steps at the rate from step 10 to step 20. CPU seconds (the process's user
     + system time, read from /proc when step 10 is logged, less the same nine steps' share) show
     the work whatever else the machine is doing.
     """
+    out = Path(arguments[arguments.index("--out") + 1])
     shutil.rmtree(out, ignore_errors=True)
-    command = ["/usr/bin/time", "-v", sys.executable, "-m", "attnkit", "train", "translation", "--data", str(data),
-               "--out", str(out), "--steps", str(steps), "--preset", "tiny", "--set", "eval_sentences=20",
-               "--set", "eval_every_minutes=1000", "--set", "max_tokens=1000"]
+    command = ["/usr/bin/time", "-v", sys.executable, "-m", "attnkit", *arguments]
     start = time.perf_counter()
     process = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     marks: dict[int, tuple[float, float]] = {}  # step -> (wall seconds, CPU seconds)
@@ -93,8 +111,9 @@ def timed_run(data: Path, out: Path, steps: int) -> dict[str, float]:
             marks[int(found.group(1))] = (time.perf_counter() - start, _cpu_seconds(process.pid))
     process.wait()
     log = "".join(lines)
+    steps = int(arguments[arguments.index("--steps") + 1])
     if process.returncode != 0 or 10 not in marks or steps not in marks:
-        raise SystemExit(f"attnkit failed on {data}:\n{log[-3000:]}")
+        raise SystemExit(f"attnkit {' '.join(arguments)} failed:\n{log[-3000:]}")
     (wall_10, cpu_10), (wall_end, cpu_end) = marks[10], marks[steps]
     step_wall, step_cpu = (wall_end - wall_10) / (steps - 10), (cpu_end - cpu_10) / (steps - 10)
     peak_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", log).group(1))
@@ -113,9 +132,10 @@ def _cpu_seconds(time_pid: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["corpus", "run", "table"])
+    parser.add_argument("what", choices=["corpus", "images", "run", "table"])
     parser.add_argument("folder", type=Path)
     parser.add_argument("--pairs", type=int, nargs="+", default=[100_000, 1_000_000, 4_000_000])
+    parser.add_argument("--images", type=int, nargs="*", help="image-set sizes (images; run, table: detection)")
     parser.add_argument("--steps", type=int, default=20)
     args = parser.parse_args()
     if args.what == "corpus":
@@ -125,27 +145,39 @@ def main() -> None:
             write_corpus(args.folder / str(pairs), pairs, pool)
             print(f"written {args.folder / str(pairs)}", file=sys.stderr)
         return
+    if args.what == "images":
+        for count in args.images:
+            out = args.folder / f"images-{count}"
+            subprocess.run([sys.executable, "-m", "attnkit", "data", "shapes", "--out", str(out), "--train-images",
+                            str(count), "--val-images", "100", "--image-size", "96"], check=True)
+        return
+    images = args.images is not None
+    name, unit = ("results-images.json", "images") if images else ("results.json", "pairs")
+    plot_path = ROOT / ("docs/images/data_scale_images.png" if images else "docs/images/data_scale.png")
     if args.what == "table":
-        results = json.loads((args.folder / "results.json").read_text(encoding="utf-8"))
-        print_table(results)
-        plot(results, ROOT / "docs/images/data_scale.png")
+        results = json.loads((args.folder / name).read_text(encoding="utf-8"))
+        print_table(results, unit)
+        plot(results, plot_path, unit)
         return
     results = {}
-    for pairs in args.pairs:
-        data = args.folder / str(pairs)
-        shutil.rmtree(data / ".attnkit-cache", ignore_errors=True)
-        first = timed_run(data, args.folder / f"run-{pairs}", args.steps)
-        second = timed_run(data, args.folder / f"run-{pairs}", args.steps)
-        results[pairs] = {"first": first, "second": second,
-                          "megabytes": (data / "train.tsv").stat().st_size / 1e6}
-        print(json.dumps({pairs: results[pairs]}), flush=True)
-        (args.folder / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
-    print_table(results)
-    plot(results, ROOT / "docs/images/data_scale.png")
+    for size in args.images if images else args.pairs:
+        data = args.folder / (f"images-{size}" if images else str(size))
+        for cache in list(data.rglob(".attnkit-cache")):  # the first run builds them
+            shutil.rmtree(cache)
+        megabytes = sum(f.stat().st_size for f in data.rglob("*") if f.is_file()) / 1e6 if images else \
+            (data / "train.tsv").stat().st_size / 1e6
+        run = args.folder / f"run-{unit}-{size}"
+        arguments = (detection_command if images else translation_command)(data, run, args.steps)
+        first, second = timed_run(arguments), timed_run(arguments)
+        results[size] = {"first": first, "second": second, "megabytes": megabytes}
+        print(json.dumps({size: results[size]}), flush=True)
+        (args.folder / name).write_text(json.dumps(results, indent=1), encoding="utf-8")
+    print_table(results, unit)
+    plot(results, plot_path, unit)
 
 
-def print_table(results: dict) -> None:
-    print("| pairs | MB | first start: s (CPU s) | second start: s (CPU s) | peak GB first | peak GB second "
+def print_table(results: dict, unit: str = "pairs") -> None:
+    print(f"| {unit} | MB | first start: s (CPU s) | second start: s (CPU s) | peak GB first | peak GB second "
           "| second's peak vs the smallest | steps/s first | steps/s second |")
     print("|---|---|---|---|---|---|---|---|---|")
     smallest = results[min(results, key=int)].get("second", {}).get("peak_gb", float("nan"))
@@ -158,7 +190,7 @@ def print_table(results: dict) -> None:
               f"{100 * (s['peak_gb'] / smallest - 1):+.0f}% | {f['steps_per_s']:.2f} | {s['steps_per_s']:.2f} |")
 
 
-def plot(results: dict, path: Path) -> None:
+def plot(results: dict, path: Path, unit: str = "pairs") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -174,7 +206,7 @@ def plot(results: dict, path: Path) -> None:
                       label=f"{run} run")
         axis.set_xscale("log")
         axis.set_ylim(bottom=0)
-        axis.set_xlabel("training pairs")
+        axis.set_xlabel(f"training {unit}")
         axis.set_title(label)
         axis.grid(alpha=0.3)
     axes[0].legend()
