@@ -9,7 +9,8 @@ and int8 (`attnkit export onnx --int8`, `--backend onnxruntime`), OpenVINO on th
 (`attnkit export hf`, `generate`) and CTranslate2 float32 and int8 (`attnkit export ctranslate2`). Detection:
 attnkit float32 and int8, ONNX Runtime float32 and int8, OpenVINO, transformers where `export hf` takes the model.
 With --opus-size also a random-weight translation model of opus-mt's size (d_model 512, 6+6 layers, 58k
-vocabulary) on random sentences: speed only. Random weights end hypotheses anywhere, so there every engine
+vocabulary), with --small-size one of the `small` preset's (d_model 256, 3+3 layers, 8k), on random sentences:
+speed only. Random weights end hypotheses anywhere, so there every engine
 generates exactly --opus-max-length tokens a sentence (</s> included: the end token is banned before the limit
 and forced at it; CTranslate2 min_decoding_length, transformers min_length), the same work in every engine.
 
@@ -31,6 +32,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
+import dataclasses  # noqa: E402
 import io  # noqa: E402
 import random  # noqa: E402
 import resource  # noqa: E402
@@ -41,6 +43,7 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
+from functools import partial  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -325,23 +328,29 @@ def test_sentences(files: list[Path] | None, sentences: int) -> tuple[list[str],
     return [p.source for p in pairs], [p.target for p in pairs]
 
 
-def opus_size_run(folder: Path, sentences: int, max_length: int) -> tuple[Path, list[str]]:
-    """A random-weight Marian-layout model of opus-mt-en-de's size and random sentences of its vocabulary's words."""
+def random_size_run(folder: Path, size: str, sentences: int, max_length: int) -> tuple[Path, list[str]]:
+    """A random-weight Marian-layout model of SIZE, "opus" (opus-mt-en-de's: d_model 512, 6+6 layers, a 58,101-piece
+    vocabulary) or "small" (the `small` preset's, 8,000 pieces), and random sentences of its vocabulary's words."""
     from attnkit.storage import RunFolder, save_weights
-    from attnkit.translation.config import TranslationConfig
+    from attnkit.translation.config import TranslationConfig, preset
     from attnkit.translation.model import Seq2SeqConfig, Seq2SeqTransformer
     from attnkit.translation.tokenizer import SubwordTokenizer
 
     rng = random.Random(0)
     words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 9))) for _ in range(70000)]
     if not (folder / "config.json").is_file():
+        vocab_size = 58101 if size == "opus" else preset("small").vocab_size
         corpus = [" ".join(words[i:i + 12]) for i in range(0, len(words), 12)]
-        tokenizer = SubwordTokenizer.train(corpus, corpus, vocab_size=58101)
-        model = Seq2SeqConfig(d_model=512, num_heads=8, num_encoder_layers=6, num_decoder_layers=6, d_ff=2048,
-                              sinusoid_layout="halves", final_norm=False, activation="silu",
-                              source_vocab_size=tokenizer.source_vocab_size,
-                              target_vocab_size=tokenizer.target_vocab_size)
-        run = RunFolder.create(folder, "translation", TranslationConfig(preset="base", model=model, vocab_size=58101,
+        tokenizer = SubwordTokenizer.train(corpus, corpus, vocab_size=vocab_size)
+        vocabulary = {"source_vocab_size": tokenizer.source_vocab_size,
+                      "target_vocab_size": tokenizer.target_vocab_size}
+        if size == "opus":
+            model = Seq2SeqConfig(d_model=512, num_heads=8, num_encoder_layers=6, num_decoder_layers=6, d_ff=2048,
+                                  sinusoid_layout="halves", final_norm=False, activation="silu", **vocabulary)
+        else:
+            model = dataclasses.replace(preset("small").model, **vocabulary)
+        run = RunFolder.create(folder, "translation", TranslationConfig(preset="base", model=model,
+                                                                         vocab_size=vocab_size,
                                                                          max_length=max_length).to_dict())
         tokenizer.save(run.path)
         torch.manual_seed(0)
@@ -470,18 +479,20 @@ def main() -> int:
     parser.add_argument("--detection-run", type=Path)
     parser.add_argument("--detection-data", type=Path, help="a shapes folder (attnkit data shapes --out DIR)")
     parser.add_argument("--opus-size", action="store_true", help="also the random-weight opus-mt-size model")
+    parser.add_argument("--small-size", action="store_true", help="also a random-weight model of the small preset")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--sentences", type=int, default=200)
-    parser.add_argument("--opus-sentences", type=int, default=32)
-    parser.add_argument("--opus-max-length", type=int, default=48)
+    parser.add_argument("--opus-sentences", type=int, default=32, help="of each random-weight model")
+    parser.add_argument("--opus-max-length", type=int, default=48, help="of each random-weight model")
     parser.add_argument("--images", type=int, default=64)
     parser.add_argument("--latency-items", type=int, default=8)
     parser.add_argument("--batch", type=int, default=32, help="sentences per call (images: 8)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "attnkit-engines")
     parser.add_argument("--tasks", default="translation,opus,detection",
-                        help="of translation, opus, detection (each needs its run; opus: --opus-size)")
+                        help="of translation, opus, small, detection (each needs its run; opus: --opus-size, "
+                             "small: --small-size)")
     parser.add_argument("--engines", help="comma-separated name prefixes (e.g. attnkit,CTranslate2); default all")
     parser.add_argument("--memory", action="store_true", help="also each engine's peak in a process of its own")
     parser.add_argument("--quick", action="store_true", help="tiny random runs, 1 round")
@@ -511,13 +522,14 @@ def main() -> int:
                       lambda: translation_engines(args.translation_run.resolve(), args.work, args.threads, args.beam,
                                                   None, selected),
                       sources, args.batch, lambda out: translation_quality(out, references), None))
-    if args.opus_size and "opus" in wanted:
-        run, texts = opus_size_run(args.work / "opus-size", args.opus_sentences, args.opus_max_length)
-        tasks.append(("opus", f"Translation, opus-mt's size, random weights (beam {args.beam}, "
-                      f"exactly {args.opus_max_length} tokens out, </s> included)", "sentences",
-                      lambda: translation_engines(run, args.work, args.threads, args.beam, args.opus_max_length,
-                                                  selected, fixed=True),
-                      texts, 8, lambda out: {}, lambda out: statistics.mean(len(o.split()) for o in out)))
+    for size, title in (("opus", "opus-mt's size"), ("small", "the `small` preset's size")):
+        if getattr(args, f"{size}_size") and size in wanted:
+            run, texts = random_size_run(args.work / f"{size}-size", size, args.opus_sentences, args.opus_max_length)
+            tasks.append((size, f"Translation, {title}, random weights (beam {args.beam}, "
+                          f"exactly {args.opus_max_length} tokens out, </s> included)", "sentences",
+                          partial(translation_engines, run, args.work, args.threads, args.beam, args.opus_max_length,
+                                  selected, fixed=True),
+                          texts, 8, lambda out: {}, lambda out: statistics.mean(len(o.split()) for o in out)))
     if args.detection_run and "detection" in wanted:
         data = args.detection_data or args.work / "shapes"
         if not (data / "annotations").is_dir():

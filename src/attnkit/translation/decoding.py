@@ -7,9 +7,10 @@ Transformer and an RNN encoder-decoder (Bahdanau et al. 2015) share them:
   * `encode(source, source_padding_mask)` -> an encoded source with `select(rows)`;
   * `start_cache(encoded)` -> the decoder's incremental state (key/value caches, or an RNN's
     hidden state) with `reorder(rows)`, or None when the model keeps none;
-  * `decode_step(prefix, encoded, cache)` -> next-token logits (batch, vocab). With a cache the
-    model reads only the last token of `prefix` and extends the cache, so a step costs one
-    position; with `cache=None` it recomputes the whole prefix (the uncached reference).
+  * `decode_step(prefix, encoded, cache)` -> next-token logits (batch, vocab), a tensor of the
+    step's own (the search masks it in place). With a cache the model reads only the last token
+    of `prefix` and extends the cache, so a step costs one position; with `cache=None` it
+    recomputes the whole prefix (the uncached reference).
 
 How a search scores, ends and constrains hypotheses besides its beam size and alpha is a
 `DecodingConfig`. Its defaults are transformers' `generate` defaults for beam search: score
@@ -44,7 +45,7 @@ import torch
 from torch import Tensor
 
 from attnkit.errors import ConfigError
-from attnkit.translation.constraints import ban, ban_repeated_ngrams, force_at_limit
+from attnkit.translation.constraints import ban_, ban_repeated_ngrams, force_at_limit
 from attnkit.translation.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 EXTRA_LENGTH = 50  # max output length = source length + 50 (section 6.1)
@@ -142,15 +143,16 @@ def output_limits(source: Tensor, extra: int, rules: DecodingConfig) -> Tensor:
 
 def constrain(scores: Tensor, prefix: Tensor, step: int, limits: Tensor, rules: DecodingConfig) -> Tensor:
     """SCORES (rows, vocab) of the token after PREFIX (rows, step + 1) with what RULES forbid masked, in the order
-    of transformers' logits processors: repeated n-grams, banned outputs, early </s>, the token forced at the limit."""
+    of transformers' logits processors: repeated n-grams, banned outputs, early </s>, the token forced at the limit.
+    SCORES may be written in place: pass a tensor of the step's own."""
     if rules.no_repeat_ngram_size:
         counted = prefix.clone()
         counted[:, 0] = rules.start_token  # the start token as the model's own vocabulary has it
         scores = ban_repeated_ngrams(scores, counted, rules.no_repeat_ngram_size)
     if rules.banned_outputs:
-        scores = ban(scores, rules.banned_outputs)
+        scores = ban_(scores, rules.banned_outputs)
     if step + 1 < rules.min_output_length:
-        scores = ban(scores, (EOS_ID,))
+        scores = ban_(scores, (EOS_ID,))
     if rules.forced_at_limit is None:
         return scores
     return force_at_limit(scores, step, limits, rules.forced_at_limit)
