@@ -55,3 +55,35 @@ def test_int8_linear_from_a_weight_read_as_a_tensor_has_one_scale_per_row_and_le
     torch.testing.assert_close(got, expected, atol=0.15, rtol=0)  # activations in 7 bits, one scale per call
     # the small rows keep their precision (0.006 here; one scale for the whole weight: 0.04)
     torch.testing.assert_close(got[:, :4], expected[:, :4], atol=0.01, rtol=0)
+
+
+def test_int8_attention_copies_the_packed_projection_and_decodes_near_float32():
+    """Self- and cross-attention read their int8 copies (qkv; q and kv), in a full pass and step by step."""
+    from attnkit.nn.decoder import DecoderCache
+    from attnkit.nn.quantize import int8_attention
+
+    torch.manual_seed(0)
+    layer = TransformerDecoderLayer(32, 4, 64, dropout=0.0, batch_first=True).eval()
+    quantized = int8_attention(quantize_int8(layer))
+    for attention in (quantized.self_attn, quantized.multihead_attn):
+        assert attention.int8_projections is not None and set(attention.int8_projections) == {"qkv", "q", "kv"}
+    # int8: everything; the copies count once, as the packed weights they stand for
+    assert int8_share(quantized) == pytest.approx(1.0)
+    calls: list[str] = []
+    for attention in (quantized.self_attn, quantized.multihead_attn):
+        for part, linear in attention.int8_projections.items():
+            linear.register_forward_hook(lambda *_, part=part: calls.append(part))
+    target, memory = torch.randn(3, 5, 32), torch.randn(3, 7, 32)  # (batch, length, d_model)
+    with torch.no_grad():
+        expected, got = layer(target, memory, tgt_is_causal=True, tgt_mask=_causal(5)), \
+            quantized(target, memory, tgt_is_causal=True, tgt_mask=_causal(5))
+        assert {"qkv", "q", "kv"} <= set(calls)
+        torch.testing.assert_close(got, expected, atol=0.05, rtol=0)
+        cache = DecoderCache.empty(1)
+        steps = [quantized(target[:, i:i + 1], memory, cache=cache.layers[0]) for i in range(5)]
+    # activations are quantized per call, so a step's scale is its own: near float32, not equal to the full pass
+    torch.testing.assert_close(torch.cat(steps, 1), expected, atol=0.05, rtol=0)
+
+
+def _causal(length: int) -> torch.Tensor:
+    return torch.triu(torch.full((length, length), float("-inf")), diagonal=1)

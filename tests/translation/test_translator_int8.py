@@ -15,9 +15,12 @@ def test_int8_translator_has_int8_linears_and_float_like_logits(translation_run)
     quantized = Translator.from_run(translation_run, quantize="int8")
     int8 = [name for name, module in quantized.model.named_modules() if isinstance(module, DynamicInt8Linear)]
     layers = reference.config.model.num_encoder_layers + reference.config.model.num_decoder_layers
-    # W1, W2, W^O; + cross-attention's W^O; + the output projection, an int8 copy of the tied embedding
-    assert len(int8) == 3 * layers + reference.config.model.num_decoder_layers + 1
+    attentions = layers + reference.config.model.num_decoder_layers  # self-attention everywhere, cross in decoders
+    # W1, W2, W^O; + cross-attention's W^O; + the output projection, an int8 copy of the tied embedding; + each
+    # attention's copies of its packed projection: W^Q|W^K|W^V, W^Q, W^K|W^V
+    assert len(int8) == 3 * layers + reference.config.model.num_decoder_layers + 1 + 3 * attentions
     assert "output_projection" in int8
+    assert sum(name.endswith("int8_projections.qkv") for name in int8) == attentions
     assert quantized.model.target_embedding.weight.dtype == torch.float32  # looked up as before
     assert next(quantized.model.parameters()).device.type == "cpu"
     source = torch.tensor([[7, 8, 9, 10, 2], [11, 12, 2, 0, 0]])  # (batch, source), padded

@@ -70,6 +70,9 @@ class MultiHeadAttention(nn.Module):
         else:
             self.register_parameter("in_proj_bias", None)
         self.out_proj = NonDynamicallyQuantizableLinear(embed_dim, embed_dim, bias=bias, **factory)
+        # int8 copies of the packed W^Q|W^K|W^V ("qkv"), W^Q ("q") and W^K|W^V ("kv") for CPU inference, used in
+        # their place when set (`nn.quantize.int8_attention`)
+        self.int8_projections: nn.ModuleDict | None = None
         if add_bias_kv:  # a learned key and value, already projected: (1, 1, embed_dim) each
             self.bias_k = nn.Parameter(torch.empty(1, 1, embed_dim, **factory))
             self.bias_v = nn.Parameter(torch.empty(1, 1, embed_dim, **factory))
@@ -149,21 +152,27 @@ class MultiHeadAttention(nn.Module):
         memory = _static_keys_and_values(cache)
         bias = self._in_proj_bias(query.dtype)
         if shared == "qkv" and self._qkv_same_embed_dim and memory is None:
-            q, k, v = F.linear(query, self.in_proj_weight, bias).chunk(3, dim=-1)
+            q, k, v = self._linear("qkv", query, self.in_proj_weight, bias).chunk(3, dim=-1)
         else:
             w_q, w_k, w_v = self._weights()
             b_q, b_k, b_v = bias.chunk(3) if bias is not None else (None, None, None)
-            q = F.linear(query, w_q, b_q)
+            q = self._linear("q", query, w_q, b_q)
             if memory is not None:
                 return self._rotate(self._split_heads(q), offset), memory[0], memory[1]
             if shared and self._qkv_same_embed_dim:  # W^K and W^V are the last two thirds of in_proj_weight
                 bias_kv = None if bias is None else bias[self.embed_dim:]
-                k, v = F.linear(key, self.in_proj_weight[self.embed_dim:], bias_kv).chunk(2, dim=-1)
+                k, v = self._linear("kv", key, self.in_proj_weight[self.embed_dim:], bias_kv).chunk(2, dim=-1)
             else:
                 k, v = F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
         q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)
         q, k = self._rotate(q, offset), self._rotate(k, offset)
         return (q, *cache.extend(k, v)) if cache is not None else (q, k, v)
+
+    def _linear(self, part: str, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        """x WEIGHT^T + BIAS, by the int8 copy of that PART of the packed projection where the module has them."""
+        if self.int8_projections is not None:
+            return self.int8_projections[part](x)
+        return F.linear(x, weight, bias)
 
     def _in_proj_bias(self, dtype: torch.dtype) -> Tensor | None:
         """in_proj_bias in the inputs' dtype: torch adds a half-precision bias to double inputs, and so does this."""

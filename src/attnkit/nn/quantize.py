@@ -11,7 +11,9 @@ packed W^Q, W^K, W^V (`in_proj_weight`, used with `F.linear`), convolutions and 
 `int8_linear` makes an int8 Linear from a weight read as a tensor: a model whose output projection
 is tied to its embedding (section 3.4 of Vaswani et al. 2017) gets an int8 copy for the projection
 and keeps the float embedding for lookups; at a 58k vocabulary that projection is the largest
-matrix product of a decoding step. The result runs on the CPU only.
+matrix product of a decoding step. `int8_attention` gives attention modules int8 copies of the
+parts of their packed projection that decoding reads (self-attention's W^Q|W^K|W^V, cross-attention's
+W^Q and W^K|W^V). The result runs on the CPU only.
 
 torch.ao.quantization is marked deprecated (for torchao) but is what this torch ships and runs
 with its fbgemm/oneDNN int8 kernels; its deprecation warnings are silenced here.
@@ -58,11 +60,38 @@ def int8_linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> nn.Mo
     return _quantized(nn.Sequential(linear), per_row=True)[0]
 
 
+def int8_attention(module: Model) -> Model:
+    """MODULE (in place) with every attention module of one packed projection given int8 copies of its parts
+    (`MultiHeadAttention.int8_projections`: "qkv", "q", "kv"), one scale per output row; the float weights stay
+    for anything else that reads them."""
+    from attnkit.nn.multi_head_attention import MultiHeadAttention
+
+    for attention in module.modules():
+        if not isinstance(attention, MultiHeadAttention) or attention.in_proj_weight is None:
+            continue
+        weight, bias, width = attention.in_proj_weight, attention.in_proj_bias, attention.embed_dim
+        parts = {"qkv": slice(None), "q": slice(0, width), "kv": slice(width, None)}
+        attention.int8_projections = nn.ModuleDict(
+            {name: int8_linear(weight[rows], None if bias is None else bias[rows]) for name, rows in parts.items()})
+    return module
+
+
 def int8_share(module: nn.Module) -> float:
-    """The fraction of MODULE's projection weights (every Linear's, and attention's packed W^Q, W^K, W^V) in int8."""
+    """The fraction of MODULE's projection weights (every Linear's, and attention's packed W^Q, W^K, W^V) in int8;
+    an attention module's int8 copies of its packed projection count once, as its packed weight."""
     from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
 
-    int8 = sum(m.in_features * m.out_features for m in module.modules() if isinstance(m, DynamicInt8Linear))
-    float32 = sum(m.weight.numel() for m in module.modules() if isinstance(m, nn.Linear)) + \
-        sum(p.numel() for name, p in module.named_parameters() if name.endswith("proj_weight"))
+    from attnkit.nn.multi_head_attention import MultiHeadAttention
+
+    copies = {id(m) for a in module.modules() if isinstance(a, MultiHeadAttention) and a.int8_projections is not None
+              for m in a.int8_projections.modules()}
+    packed = {name: a.int8_projections is not None for name, a in module.named_modules()
+              if isinstance(a, MultiHeadAttention)}
+    int8 = sum(m.in_features * m.out_features for m in module.modules()
+               if isinstance(m, DynamicInt8Linear) and id(m) not in copies)
+    float32 = sum(m.weight.numel() for m in module.modules() if isinstance(m, nn.Linear))
+    for name, p in module.named_parameters():
+        if name.endswith("proj_weight"):
+            owner = name.rpartition(".")[0]
+            int8, float32 = (int8 + p.numel(), float32) if packed.get(owner) else (int8, float32 + p.numel())
     return int8 / max(int8 + float32, 1)

@@ -98,12 +98,13 @@ class Translator:
 
 
 def quantized(model: TranslationModel) -> TranslationModel:
-    """MODEL with its Linear layers int8 (`attnkit.nn.quantize`) and, for the Transformer, an int8 copy of the
-    output projection, which is tied to the embedding and so read as a tensor: at a 58k vocabulary it is more
-    multiply-adds than the six decoder layers together (BENCHMARKS.md, "Inference engines")."""
-    from attnkit.nn.quantize import int8_linear, quantize_int8
+    """MODEL with its Linear layers and attention's packed projections int8 (`attnkit.nn.quantize`) and, for the
+    Transformer, an int8 copy of the output projection, which is tied to the embedding and so read as a tensor:
+    at a 58k vocabulary it is more multiply-adds than the six decoder layers together (BENCHMARKS.md, "Inference
+    engines")."""
+    from attnkit.nn.quantize import int8_attention, int8_linear, quantize_int8
 
-    model = quantize_int8(model)
+    model = int8_attention(quantize_int8(model))
     if isinstance(model, Seq2SeqTransformer):
         bias = model.output_bias if model.config.output_bias else None
         model.output_projection = int8_linear(model.target_embedding.weight, bias)
