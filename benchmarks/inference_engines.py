@@ -15,7 +15,9 @@ generates exactly --opus-max-length tokens a sentence (</s> included: the end to
 and forced at it; CTranslate2 min_decoding_length, transformers min_length), the same work in every engine.
 
 Every engine gets THREADS intra-op threads and the same inputs; the engines take turns in one process (round
-r runs them in a rotated order), so a busy machine slows all alike. Reported per engine: sentences (images)/s
+r runs them in a rotated order), so a busy machine slows all alike; with --apart each engine runs in a process of
+its own, one after another, since another library's threads in the process slow the rest (CTranslate2's halved
+attnkit's PyTorch speed on an idle machine). Reported per engine: sentences (images)/s
 over all inputs in batches, median latency of one sentence (image) alone, the peak memory of a process that
 loads that engine alone and runs its inputs (over the same imports), and the quality of its own outputs
 (BLEU/chrF against the references, COCO AP), so a faster mode that is worse shows it.
@@ -24,21 +26,25 @@ loads that engine alone and runs its inputs (over the same imports), and the qua
 from __future__ import annotations
 
 import os
+import sys
 
-# Before torch loads: OpenMP threads that wait for work sleep instead of spinning. On a machine that runs more
-# threads than it has cores, spinning threads stall each other at every barrier: `fast` on one 96 px image took
-# 10-14 s with 2 spinning threads on a loaded 2-core machine, 0.03-0.06 s with this (BENCHMARKS.md).
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# --sleeping-threads, for a machine running other work: before torch loads, OpenMP threads that wait for work sleep
+# at once instead of spinning a while. There, spinning threads stall each other at every barrier: `fast` on one
+# 96 px image took 10-14 s with 2 spinning threads on a loaded 2-core machine, 0.03-0.06 s with this. On an idle
+# machine it costs the per-step work of decoding a wake-up per operation (attnkit's `small`-size beam search: 2.3x
+# slower), so by default the libraries keep their own waiting, as a user runs them (BENCHMARKS.md).
+if "--sleeping-threads" in sys.argv:
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import dataclasses  # noqa: E402
 import io  # noqa: E402
+import json  # noqa: E402
 import random  # noqa: E402
 import resource  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
-import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
@@ -435,6 +441,18 @@ def peak_memory(argv: list[str], task: str, engine: str) -> float | None:
     return float(lines[-1].split()[1]) if lines else None
 
 
+def measured_apart(argv: list[str], task: str, engine: str) -> Row | None:
+    """ENGINE's row, measured by a process that loads it alone (None, with its error on stderr, if it failed)."""
+    done = subprocess.run([sys.executable, __file__, *argv, "--engines", engine, "--measure-of", f"{task}:{engine}"],
+                          capture_output=True, text=True)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("row ")]
+    if not lines:
+        print(f"{engine}: not measured\n{done.stderr[-2000:]}", file=sys.stderr)
+        return None
+    print(f"{task}: {engine} measured apart", file=sys.stderr, flush=True)
+    return Row(**json.loads(lines[-1][4:]))
+
+
 def rss_mb() -> float:
     """Peak resident MB of this process so far."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: kB
@@ -481,6 +499,8 @@ def main() -> int:
     parser.add_argument("--opus-size", action="store_true", help="also the random-weight opus-mt-size model")
     parser.add_argument("--small-size", action="store_true", help="also a random-weight model of the small preset")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--sleeping-threads", action="store_true",
+                        help="OpenMP threads sleep at once when waiting (OMP_WAIT_POLICY=PASSIVE): for a busy machine")
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--sentences", type=int, default=200)
     parser.add_argument("--opus-sentences", type=int, default=32, help="of each random-weight model")
@@ -496,7 +516,10 @@ def main() -> int:
     parser.add_argument("--engines", help="comma-separated name prefixes (e.g. attnkit,CTranslate2); default all")
     parser.add_argument("--memory", action="store_true", help="also each engine's peak in a process of its own")
     parser.add_argument("--quick", action="store_true", help="tiny random runs, 1 round")
+    parser.add_argument("--apart", action="store_true",
+                        help="each engine in a process of its own, one after another (its rounds in a row)")
     parser.add_argument("--memory-of", help=argparse.SUPPRESS)  # TASK:ENGINE, in a child process
+    parser.add_argument("--measure-of", help=argparse.SUPPRESS)  # TASK:ENGINE, in a child process (--apart)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     args.work.mkdir(parents=True, exist_ok=True)
@@ -511,7 +534,7 @@ def main() -> int:
         args.rounds, args.sentences, args.images, args.latency_items = 1, 16, 8, 2
     selected = args.engines.split(",") if args.engines else None
     wanted = args.tasks.split(",")
-    argv = [a for a in sys.argv[1:] if not a.startswith("--memory-of")]
+    argv = [a for a in sys.argv[1:] if not a.startswith(("--memory-of", "--measure-of", "--apart"))]
     if args.quick:
         argv += ["--translation-run", str(args.translation_run), "--detection-run", str(args.detection_run)]
 
@@ -551,20 +574,32 @@ def main() -> int:
         print(f"peak_mb {rss_mb() - before:.1f}")
         return 0
 
+    if args.measure_of:  # child of --apart: one engine alone, its rounds in a row; its row as JSON
+        task_name, engine_name = args.measure_of.split(":", 1)
+        _, _, _, build, inputs, batch, quality, tokens = next(t for t in tasks if t[0] == task_name)
+        engines = [e for e in build() if e.name == engine_name]
+        rates, latencies, outputs = measure(engines, inputs, batch, inputs[:args.latency_items], args.rounds)
+        print("row " + json.dumps(dataclasses.asdict(rows_of(engines, rates, latencies, outputs, quality, tokens)[0]),
+                                    default=float))
+        return 0
+
     built: dict[str, list[Engine]] = {}
     for name, title, unit, build, inputs, batch, quality, tokens in tasks:
         key = "detection" if name.startswith("detection") else name
         engines = built.get(key) or build()
         built[key] = engines
-        rates, latencies, outputs = measure(engines, inputs, batch, inputs[:args.latency_items], args.rounds)
-        rows = rows_of(engines, rates, latencies, outputs, quality, tokens)
+        if args.apart:  # another engine's runtime in the process (CTranslate2's OpenMP) halved attnkit's speed
+            rows = [row for engine in engines if (row := measured_apart(argv, name, engine.name)) is not None]
+        else:
+            rates, latencies, outputs = measure(engines, inputs, batch, inputs[:args.latency_items], args.rounds)
+            rows = rows_of(engines, rates, latencies, outputs, quality, tokens)
         if args.memory and name != "detection1":  # detection's: at batch 8
             for row in rows:
                 row.memory_mb = peak_memory(argv, name, row.name)
         print_table(title, unit, rows, "attnkit float32")
         sys.stdout.flush()
-    print(f"\n{args.threads} threads per engine; medians of {args.rounds} rounds in rotated order; "
-          f"torch {torch.__version__}")
+    how = "each engine in its own process, its rounds in a row" if args.apart else "in rotated order"
+    print(f"\n{args.threads} threads per engine; medians of {args.rounds} rounds, {how}; torch {torch.__version__}")
     return 0
 
 
