@@ -39,6 +39,7 @@ if "--sleeping-threads" in sys.argv:
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import dataclasses  # noqa: E402
+import hashlib  # noqa: E402
 import io  # noqa: E402
 import json  # noqa: E402
 import random  # noqa: E402
@@ -89,8 +90,11 @@ def attnkit_cli(*args: str) -> None:
 
 
 def exported(run: Path, work: Path, what: str, *options: str) -> Path:
-    """RUN exported by `attnkit export WHAT` into WORK (reused when already there)."""
-    out = work / f"{run.name}-{what}{''.join(o.strip('-') for o in options)}"
+    """RUN exported by `attnkit export WHAT` into WORK (reused when already there: keyed by RUN's path and the time
+    of its newest weights, so two runs of one name, or a run trained again, get their own)."""
+    newest = max((f.stat().st_mtime_ns for f in (run / "weights").glob("*")), default=0)
+    key = hashlib.sha1(f"{run.resolve()}:{newest}".encode()).hexdigest()[:8]
+    out = work / f"{run.name}-{key}-{what}{''.join(o.strip('-') for o in options)}"
     if not out.is_dir() or not any(out.iterdir()):
         attnkit_cli("export", what, str(run), "--out", str(out), *options)
     return out
