@@ -71,6 +71,28 @@ class Backbone(nn.Module):
         return self.body(images)["0"]  # (batch, channels, height / stride, width / stride)
 
 
+def fold_batch_norms(module: nn.Module) -> nn.Module:
+    """MODULE (in place, in eval mode) with every ResNet BatchNorm folded into the convolution before it (conv1 and
+    bn1, conv2 and bn2, conv3 and bn3, a downsample's pair) and replaced by Identity. At inference the statistics
+    are fixed, so BN(conv(x)) is one convolution with rescaled weights and a bias (`fuse_conv_bn_eval`): one pass
+    over each feature map fewer, as ONNX Runtime's graph optimizer folds them. For inference only: the folded
+    model cannot train or save weights in the run's layout."""
+    from torch.nn.utils.fusion import fuse_conv_bn_eval
+
+    norms = (nn.BatchNorm2d, FrozenBatchNorm2d)
+    module.eval()
+    for parent in list(module.modules()):
+        pairs = [(f"conv{i}", f"bn{i}") for i in (1, 2, 3)]
+        if isinstance(parent, nn.Sequential) and len(parent) == 2 and isinstance(parent[1], norms):
+            pairs.append(("0", "1"))  # a downsample: Sequential(conv, norm)
+        for conv_name, norm_name in pairs:
+            conv, norm = getattr(parent, conv_name, None), getattr(parent, norm_name, None)
+            if isinstance(conv, nn.Conv2d) and isinstance(norm, norms):
+                setattr(parent, conv_name, fuse_conv_bn_eval(conv, norm))
+                setattr(parent, norm_name, nn.Identity())
+    return module
+
+
 def stage_channels(body: nn.Module, stage: str) -> int:
     """A ResNet stage's output channels: its last convolution's (a basic block's conv2, a bottleneck's conv3)."""
     convolutions = [m for m in body.get_submodule(stage).modules() if isinstance(m, nn.Conv2d)]

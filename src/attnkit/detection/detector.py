@@ -15,6 +15,7 @@ from PIL import Image
 from torch import Tensor
 
 from attnkit.detection.architectures import build_model
+from attnkit.detection.backbone import fold_batch_norms
 from attnkit.detection.config import DetectionConfig
 from attnkit.detection.pipeline import DetectionPipeline, Detections, ImageInput
 from attnkit.detection.postprocess import postprocess
@@ -60,6 +61,7 @@ class Detector:
         device = torch.device(device or ("cuda" if torch.cuda.is_available() and quantize is None else "cpu"))
         model = build_model(config.model)
         load_weights(path, model)
+        fold_batch_norms(model)  # inference only: the backbone's BatchNorms become its convolutions' weights
         if quantize is not None:
             if device.type != "cpu":
                 raise ConfigError(f"quantize={quantize!r} runs on the CPU, not {device}")
