@@ -83,15 +83,12 @@ def int8_share(module: nn.Module) -> float:
 
     from attnkit.nn.multi_head_attention import MultiHeadAttention
 
-    copies = {id(m) for a in module.modules() if isinstance(a, MultiHeadAttention) and a.int8_projections is not None
-              for m in a.int8_projections.modules()}
-    packed = {name: a.int8_projections is not None for name, a in module.named_modules()
-              if isinstance(a, MultiHeadAttention)}
+    attentions = [a for a in module.modules() if isinstance(a, MultiHeadAttention)]
+    copies = {id(m) for a in attentions if a.int8_projections is not None for m in a.int8_projections.modules()}
     int8 = sum(m.in_features * m.out_features for m in module.modules()
                if isinstance(m, DynamicInt8Linear) and id(m) not in copies)
     float32 = sum(m.weight.numel() for m in module.modules() if isinstance(m, nn.Linear))
-    for name, p in module.named_parameters():
-        if name.endswith("proj_weight"):
-            owner = name.rpartition(".")[0]
-            int8, float32 = (int8 + p.numel(), float32) if packed.get(owner) else (int8, float32 + p.numel())
+    for attention in attentions:  # the packed W^Q, W^K, W^V: int8 where the module has its copies
+        packed = sum(p.numel() for name, p in attention.named_parameters(recurse=False) if name.endswith("proj_weight"))
+        int8, float32 = (int8 + packed, float32) if attention.int8_projections is not None else (int8, float32 + packed)
     return int8 / max(int8 + float32, 1)
