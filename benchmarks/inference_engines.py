@@ -7,7 +7,9 @@
 Translation: attnkit PyTorch float32 and int8 (`Translator.from_run(RUN, quantize=...)`), ONNX Runtime float32
 and int8 (`attnkit export onnx --int8`, `--backend onnxruntime`), OpenVINO on the same ONNX graphs, transformers
 (`attnkit export hf`, `generate`) and CTranslate2 float32 and int8 (`attnkit export ctranslate2`). Detection:
-attnkit float32 and int8, ONNX Runtime float32 and int8, OpenVINO, transformers where `export hf` takes the model.
+attnkit float32, int8 and compiled (`Detector.from_run(RUN, compile=True)`: torch.compile, one graph per batch
+shape, compiled in the warm-up), ONNX Runtime float32 and int8, OpenVINO, transformers where `export hf` takes
+the model.
 With --opus-size also a random-weight translation model of opus-mt's size (d_model 512, 6+6 layers, 58k
 vocabulary), with --small-size one of the `small` preset's (d_model 256, 3+3 layers, 8k), on random sentences:
 speed only. Random weights end hypotheses anywhere, so there every engine
@@ -255,13 +257,13 @@ def detection_engines(run: Path, work: Path, threads: int, selected: list[str] |
         return (torch.cat([p.batch for p in prepared]), torch.cat([p.mask for p in prepared]),
                 torch.cat([p.size for p in prepared]))
 
-    def attnkit_mode(quantize: str | None):
-        detector = load_detector(run, "best", "cpu", "pytorch", quantize)
+    def attnkit_mode(quantize: str | None, compile: bool = False):
+        detector = load_detector(run, "best", "cpu", "pytorch", quantize, compile)
 
         @torch.no_grad()
         def predict(images: list) -> list:
             batch, mask, sizes = stacked(images, detector.pipeline)  # (images, C, H, W), (images, H, W), (images, 2)
-            outputs = detector.model(batch, mask)
+            outputs = detector.forward(batch, mask)  # the model, or its compiled forward
             return [detector.pipeline.select(f["scores"], f["labels"], f["boxes"], 0.0)[0]
                     for f in postprocess(outputs.logits, outputs.boxes, sizes)]
         return predict
@@ -295,6 +297,7 @@ def detection_engines(run: Path, work: Path, threads: int, selected: list[str] |
 
     attempt("attnkit float32", lambda: attnkit_mode(None))
     attempt("attnkit int8", lambda: attnkit_mode("int8"))
+    attempt("attnkit compiled", lambda: attnkit_mode(None, compile=True), "torch.compile, weights frozen")
     attempt("ONNX Runtime float32", lambda: graph_mode(session, False), "attnkit export onnx")
     attempt("ONNX Runtime int8", lambda: graph_mode(session, True), "attnkit export onnx --int8")
     attempt("OpenVINO float32", lambda: graph_mode(lambda p: openvino_model(p, threads), False), "the ONNX graph")

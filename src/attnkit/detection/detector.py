@@ -7,7 +7,7 @@ the original image's pixels with the dataset's class names.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -17,17 +17,23 @@ from torch import Tensor
 from attnkit.detection.architectures import build_model
 from attnkit.detection.backbone import fold_batch_norms
 from attnkit.detection.config import DetectionConfig
+from attnkit.detection.output import DetectionOutput
 from attnkit.detection.pipeline import DetectionPipeline, Detections, ImageInput
 from attnkit.detection.postprocess import postprocess
 from attnkit.errors import CheckpointError, ConfigError
+from attnkit.nn.compiled import CompiledForward
 
 
 class Detector:
     """A trained detector and its pipeline (`attnkit.detection.pipeline`): reading images, naming classes."""
 
-    def __init__(self, model: torch.nn.Module, config: DetectionConfig, device: torch.device | str = "cpu") -> None:
+    def __init__(self, model: torch.nn.Module, config: DetectionConfig, device: torch.device | str = "cpu",
+                 compile: bool = False) -> None:
         self.model, self.config, self.device = model.to(device).eval(), config, torch.device(device)
         self.pipeline = DetectionPipeline(config)
+        # what `predict` runs: the model, or its forward compiled once per image size (`attnkit.nn.compiled`)
+        self.forward: Callable[[Tensor, Tensor], DetectionOutput] = \
+            CompiledForward(self.model) if compile else self.model
 
     @property
     def class_names(self) -> list[str]:
@@ -40,14 +46,18 @@ class Detector:
         return self.pipeline.category_ids
     @classmethod
     def from_run(cls, run: str | Path, weights: str = "best", device: torch.device | str | None = None,
-                 quantize: str | None = None) -> Detector:
+                 quantize: str | None = None, compile: bool = False) -> Detector:
         """Load RUN's config and its `best`, `last` or `average` weights (or a .safetensors path); quantize="int8":
-        the Linear layers int8 (`attnkit.nn.quantize`: the transformer's and the heads', not the backbone; CPU only)."""
+        the Linear layers int8 (`attnkit.nn.quantize`: the transformer's and the heads', not the backbone; CPU only);
+        compile: `predict` runs the forward compiled by torch.compile, once per image size (`attnkit.nn.compiled`:
+        the fastest mode at batch 1 on a CPU, BENCHMARKS.md)."""
         from attnkit.nn.quantize import QUANTIZATIONS, quantize_int8
         from attnkit.storage import RunFolder, load_weights
 
         if quantize not in (None, *QUANTIZATIONS):
             raise ConfigError(f"quantize: {quantize!r} is not one of {', '.join(QUANTIZATIONS)}")
+        if compile and quantize is not None:
+            raise ConfigError("compile and quantize: choose one (torch.compile does not take the int8 layers)")
 
         folder = RunFolder.open(Path(run), "detection")
         config = DetectionConfig.from_dict(folder.config)
@@ -66,7 +76,7 @@ class Detector:
             if device.type != "cpu":
                 raise ConfigError(f"quantize={quantize!r} runs on the CPU, not {device}")
             model = quantize_int8(model)
-        return cls(model, config, device)
+        return cls(model, config, device, compile)
 
     @torch.no_grad()
     def predict(self, images: ImageInput | Sequence[ImageInput], threshold: float = 0.5) -> list[Detections]:
@@ -76,7 +86,7 @@ class Detector:
         results = []
         for image in images:
             prepared = self.pipeline.prepare(image)
-            outputs = self.model(prepared.batch.to(self.device), prepared.mask.to(self.device))
+            outputs = self.forward(prepared.batch.to(self.device), prepared.mask.to(self.device))
             found = postprocess(outputs.logits, outputs.boxes, prepared.size)[0]
             results.append(self.pipeline.select(found["scores"], found["labels"], found["boxes"], threshold)[0])
         return results

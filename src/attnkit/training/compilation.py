@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from attnkit.errors import UserError
+from attnkit.nn.compiled import compiler_reason, from_compiler
 
 
 @contextlib.contextmanager
@@ -21,19 +22,10 @@ def compile_errors(backend: str | Callable[..., Any], run_path: Any) -> Iterator
     try:
         yield
     except Exception as error:
-        if not _from_compiler(error):
+        if not from_compiler(error):
             raise
-        cause = getattr(error, "inner_exception", None) or error  # a backend's own error, if Dynamo wrapped it
-        reason = (str(cause).strip().splitlines() or [""])[0][:300]
         name = getattr(backend, "__name__", backend)
         raise UserError(f"--compile: torch.compile (backend {name}) failed at the first training step on "
-                        f"this machine ({type(cause).__name__}: {reason}); train without --compile (add --resume "
+                        f"this machine ({compiler_reason(error)}); train without --compile (add --resume "
                         f"to use {run_path} again)") from None
 
-
-def _from_compiler(error: Exception) -> bool:
-    """Whether `error` comes from torch.compile's machinery (Dynamo, Inductor, a backend) rather than the task."""
-    from torch._dynamo.exc import TorchDynamoException
-
-    return isinstance(error, TorchDynamoException) or type(error).__module__.startswith(
-        ("torch._dynamo", "torch._inductor", "torch._functorch"))

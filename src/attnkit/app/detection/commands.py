@@ -147,6 +147,8 @@ def detect(
                                 "written to RUN/onnx on first use, or an `attnkit export onnx` folder)."),
     quantize: str = typer.Option(None, "--quantize", help="int8: the model's matrix multiplications in int8 "
                                  "(dynamic quantization, CPU only); speed and accuracy: BENCHMARKS.md, int8."),
+    compile: bool = typer.Option(False, "--compile", help="Run the model compiled by torch.compile: faster per "
+                                 "image, after a compile of tens of seconds at each new image size (PyTorch only)."),
 ) -> None:
     """Detect objects in IMAGE files; draw boxes with class names and scores into OUT."""
     with user_errors():
@@ -154,7 +156,7 @@ def detect(
         from attnkit.detection.data import read_image
         from attnkit.detection.draw import draw_boxes
 
-        detector = load_detector(run, weights, resolve_device(device) if device else None, backend, quantize)
+        detector = load_detector(run, weights, resolve_device(device) if device else None, backend, quantize, compile)
         out.mkdir(parents=True, exist_ok=True)
         results = []
         for index, path in enumerate(images, start=1):

@@ -51,15 +51,18 @@ def ort_session(graph: Path | str, threads: int | None = None):
     return onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
 
 
-def load_detector(run: Path, weights: str, device, backend: str, quantize: str | None = None):
+def load_detector(run: Path, weights: str, device, backend: str, quantize: str | None = None,
+                  compile: bool = False):
     _check(backend, quantize)
+    if compile and backend != "pytorch":
+        raise ConfigError(f"--compile compiles the PyTorch model; --backend {backend} runs its own graph")
     if backend == "onnxruntime":
         from attnkit.app.export.ort_detector import OrtDetector
 
         return OrtDetector(export_folder(run, weights), quantize=quantize)
     from attnkit.detection.detector import Detector
 
-    return Detector.from_run(run, weights, device, quantize=quantize)
+    return Detector.from_run(run, weights, device, quantize=quantize, compile=compile)
 
 
 def load_translator(run: Path, weights: str, backend: str, quantize: str | None = None):
