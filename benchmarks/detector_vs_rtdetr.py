@@ -149,10 +149,25 @@ class AsDetectionOutput(nn.Module):
         self.model = model
 
     def forward(self, images: torch.Tensor, mask: torch.Tensor) -> DetectionOutput:
-        out = self.model(pixel_values=images)
+        canvas, scale = on_canvas(images, mask)
+        out = self.model(pixel_values=canvas)
         logits = out.logits  # (batch, queries, classes) sigmoid logits
         background = torch.zeros_like(logits[..., :1])
-        return DetectionOutput(torch.cat([logits, background], -1), out.pred_boxes, logits)
+        boxes = out.pred_boxes / scale[:, None]  # canvas-normalised -> image-normalised cx, cy, w, h
+        return DetectionOutput(torch.cat([logits, background], -1), boxes, logits)
+
+
+def on_canvas(images: torch.Tensor, mask: torch.Tensor, stride: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+    """RT-DETR's input: the batch padded (bottom and right, with zeros) to sides that are multiples of STRIDE (its
+    encoder adds C5 upsampled to C4, so the sides must halve evenly), and per image the factor (batch, 4) that takes
+    boxes normalised by the image's own size (attnkit's targets) to boxes normalised by the canvas, as transformers'
+    image processor normalises them after padding. RT-DETR reads no mask: the padding is part of its picture."""
+    height, width = images.shape[-2:]
+    canvas_h, canvas_w = -(-height // stride) * stride, -(-width // stride) * stride
+    canvas = torch.nn.functional.pad(images, (0, canvas_w - width, 0, canvas_h - height))
+    valid_h, valid_w = (~mask).any(2).sum(1), (~mask).any(1).sum(1)  # (batch,) each image's own height, width
+    scale = torch.stack([valid_w / canvas_w, valid_h / canvas_h], -1).repeat(1, 2)  # (batch, 4): x, y, w, h
+    return canvas, scale.to(images.dtype)
 
 
 class Ema:
@@ -271,8 +286,9 @@ class RtdetrArm(Arm):
             group["lr"] = lr * factor
 
     def loss(self, images, mask, targets):
-        labels = [{"class_labels": t["labels"], "boxes": t["boxes"]} for t in targets]
-        return self.model(pixel_values=images, labels=labels).loss
+        canvas, scale = on_canvas(images, mask)
+        labels = [{"class_labels": t["labels"], "boxes": t["boxes"] * factor} for t, factor in zip(targets, scale)]
+        return self.model(pixel_values=canvas, labels=labels).loss
 
     def after_step(self) -> None:
         self.ema.update(self.model)

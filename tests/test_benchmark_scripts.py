@@ -48,3 +48,25 @@ def test_the_sampling_bound_skips_only_the_sampling(monkeypatch):
         got = free(images, mask)
     assert {k: v.shape for k, v in vars(got).items() if torch.is_tensor(v)} == \
         {k: v.shape for k, v in vars(expected).items() if torch.is_tensor(v)}
+
+
+def test_rtdetr_arm_pads_to_multiples_of_32_and_keeps_boxes_on_the_same_pixels():
+    """detector_vs_rtdetr.py: RT-DETR's canvas (sides multiples of 32) and the box factor both ways."""
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("detector_vs_rtdetr", ROOT / "benchmarks" / "detector_vs_rtdetr.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    images, mask = torch.rand(2, 3, 70, 90), torch.ones(2, 70, 90, dtype=torch.bool)
+    mask[0, :70, :90] = False  # image 0: 90 x 70 (the batch's size); image 1: 45 x 60, padded
+    mask[1, :60, :45] = False
+    canvas, scale = script.on_canvas(images, mask)
+    assert canvas.shape == (2, 3, 96, 96) and torch.equal(canvas[:, :, :70, :90], images)
+    assert canvas[:, :, 70:].abs().sum() == 0 and canvas[..., 90:].abs().sum() == 0
+    boxes = torch.tensor([[0.5, 0.5, 0.2, 0.4]])  # cx, cy, w, h of each image's own size
+    for i, (width, height) in enumerate([(90, 70), (45, 60)]):
+        on = boxes * scale[i]  # normalised by the 96 x 96 canvas: the same pixels
+        assert torch.allclose(on * 96, boxes * torch.tensor([width, height, width, height]))
+        assert torch.allclose(on / scale[i], boxes)
