@@ -26,11 +26,10 @@ from attnkit.errors import UserError
 
 class CompiledForward:
     """MODULE's forward compiled for inference; a compiler's failure (no C++ compiler, an unsupported
-    operator) becomes one UserError that names the way around it (`without`)."""
+    operator) becomes one UserError that says to run without --compile."""
 
-    def __init__(self, module: nn.Module, without: str = "without --compile") -> None:
-        self.module, self.without = module.eval(), without
-        self.forward: Callable[..., Any] = torch.compile(module, dynamic=False, options={
+    def __init__(self, module: nn.Module) -> None:
+        self.forward: Callable[..., Any] = torch.compile(module.eval(), dynamic=False, options={
             "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe})
         self.shapes: set[tuple[tuple[int, ...], ...]] = set()  # the input shapes compiled so far
 
@@ -50,7 +49,7 @@ class CompiledForward:
             if not from_compiler(error):
                 raise
             raise UserError(f"--compile: torch.compile failed on this machine ({compiler_reason(error)}); "
-                            f"run {self.without}") from None
+                            "run without --compile") from None
 
 
 def from_compiler(error: Exception) -> bool:
