@@ -7,7 +7,7 @@ generated C++ loops; with `freezing` it treats the weights as constants, as an i
 with its graph: convolutions and linears pre-packed for oneDNN and MKL, with their activations fused,
 constant subgraphs folded. The guards on the module's attributes are skipped (the weights are frozen
 anyway); those on the inputs' shapes stay, so each new shape compiles once (tens of seconds on a
-laptop CPU, a few from Inductor's on-disk cache). `dynamic=False`: symbolic shapes gave kernels slower
+laptop CPU, fewer from Inductor's on-disk cache). `dynamic=False`: symbolic shapes gave kernels slower
 than eager (BENCHMARKS.md, "Compiled inference"). Inference only: a frozen graph no longer reads the
 module's weights.
 """
