@@ -5,9 +5,11 @@ from torch.testing import assert_close
 
 from attnkit.detection.variants.multi_scale_deformable_attention import (
     MultiScaleDeformableAttention,
+    ValueProjection,
     deformable_sampling,
     sampling_locations,
     short_softmax,
+    value_maps,
 )
 
 
@@ -116,3 +118,30 @@ def test_bfloat16_values_are_sampled_in_float32_and_returned_in_bfloat16():
     out = deformable_sampling(value, shapes, locations, weights)
     assert out.dtype == torch.bfloat16
     assert torch.equal(out, deformable_sampling(value.float(), shapes, locations, weights).bfloat16())
+
+
+def test_value_projection_maps_are_the_linear_projection_laid_out_per_level():
+    """Channel-major per level: the Linear's output, padding zeroed, in (batch * heads, head_dim, h, w), and
+    the same gradients; under bf16 autocast as the Linear would be."""
+    torch.manual_seed(0)
+    shapes, heads = [(4, 5), (2, 3), (1, 1)], 4
+    projection = ValueProjection(16, 16)
+    keys = torch.randn(2, 27, 16, requires_grad=True)
+    padding = torch.zeros(2, 27, dtype=torch.bool)
+    padding[1, 15:20] = True
+    padding[1, 24:26] = True
+    expected = value_maps(torch.nn.Linear.forward(projection, keys).masked_fill(padding[..., None], 0.0)
+                          .unflatten(-1, (heads, -1)), shapes)
+    got = projection.maps(keys, shapes, padding, heads)
+    assert [m.shape for m in got] == [(8, 4, 4, 5), (8, 4, 2, 3), (8, 4, 1, 1)]
+    assert all(m.is_contiguous() for m in got)
+    for a, b in zip(got, expected):
+        assert_close(a, b)
+    grads = [torch.autograd.grad(sum((m * m.detach().sin()).sum() for m in maps), (keys, projection.weight))
+             for maps in (got, expected)]
+    for a, b in zip(*grads):
+        assert_close(a, b)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = projection.maps(keys, shapes, None, heads)
+    assert low[0].dtype == torch.bfloat16
+    assert_close(low[0].float(), projection.maps(keys, shapes, None, heads)[0], atol=0.05, rtol=0.02)

@@ -28,6 +28,30 @@ def value_maps(value: Tensor, shapes: Sequence[tuple[int, int]]) -> list[Tensor]
             for level, shape in zip(value.split([h * w for h, w in shapes], dim=1), shapes)]
 
 
+class ValueProjection(nn.Linear):
+    """W'_m x^l of Eq. 3 for all heads, written per level straight into the layout `grid_sample` reads.
+
+    A Linear's output is key-major, (batch, keys, d_model), and the sampling reads (batch * heads,
+    head_dim, h, w): laying it out took a masked copy and a transposing copy of every projected key.
+    Here each level's product is taken the other way round, W' X^T, which the matrix multiply reads
+    transposed in place, so its output is already channel-major and each head's block a view of it.
+    Its weight is read as a tensor, so dynamic int8 quantization leaves it float32 (nn.quantize)."""
+
+    def maps(self, keys: Tensor, shapes: Sequence[tuple[int, int]], padding: Tensor | None,
+             heads: int) -> list[Tensor]:
+        """keys: (batch, keys, d_model), the levels of SHAPES flattened one after the other; padding: (batch,
+        keys), True on padding, or None -> per level (batch * heads, head_dim, h, w), zero on padding."""
+        batch, sizes = keys.shape[0], [h * w for h, w in shapes]
+        pads = padding.split(sizes, 1) if padding is not None else [None] * len(shapes)
+        maps = []
+        for level, pad, shape in zip(keys.split(sizes, 1), pads, shapes):
+            value = torch.baddbmm(self.bias[:, None], self.weight.expand(batch, -1, -1), level.transpose(1, 2))
+            if pad is not None:  # value: (batch, d_model, h * w)
+                value.masked_fill_(pad[:, None, :], 0.0)
+            maps.append(value.view(batch * heads, -1, *shape))
+        return maps
+
+
 def deformable_sampling(value: Tensor | Sequence[Tensor], shapes: Sequence[tuple[int, int]], locations: Tensor,
                         weights: Tensor) -> Tensor:
     """The inner sums of Eq. 3: bilinearly sampled values, weighted by A.
@@ -78,7 +102,7 @@ class MultiScaleDeformableAttention(nn.Module):
         self.num_heads, self.num_levels, self.num_points = num_heads, num_levels, num_points
         self.sampling_offsets = nn.Linear(d_model, num_heads * num_levels * num_points * 2)
         self.attention_weights = nn.Linear(d_model, num_heads * num_levels * num_points)
-        self.value_proj = nn.Linear(d_model, d_model) if own_values else None
+        self.value_proj = ValueProjection(d_model, d_model) if own_values else None
         self.output_proj = nn.Linear(d_model, d_model)
         self.reset_parameters()
 
@@ -110,10 +134,7 @@ class MultiScaleDeformableAttention(nn.Module):
         maps = list(given)
         if own:
             assert self.value_proj is not None, "own_values=False: every level's values are given"
-            value = self.value_proj(value)
-            if padding is not None:
-                value = value.masked_fill(padding[..., None], 0.0)
-            maps += value_maps(value.unflatten(-1, (self.num_heads, -1)), own)  # (batch, keys, heads, head_dim)
+            maps += self.value_proj.maps(value, own, padding, self.num_heads)
         locations, weights = self.sampling(query, reference, shapes)
         return self.output_proj(deformable_sampling(maps, shapes, locations, weights))
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from torch import Tensor, nn
 
-from attnkit.detection.variants.multi_scale_deformable_attention import value_maps
+from attnkit.detection.variants.multi_scale_deformable_attention import ValueProjection
 
 
 class SharedValues(nn.Module):
@@ -27,14 +27,11 @@ class SharedValues(nn.Module):
     def __init__(self, d_model: int, num_heads: int) -> None:
         super().__init__()
         self.num_heads = num_heads
-        self.value_proj = nn.Linear(d_model, d_model)
+        self.value_proj = ValueProjection(d_model, d_model)
         nn.init.xavier_uniform_(self.value_proj.weight)  # as each layer's own (Deformable DETR's init)
         nn.init.zeros_(self.value_proj.bias)
 
     def forward(self, keys: Tensor, shapes: Sequence[tuple[int, int]], padding: Tensor | None) -> list[Tensor]:
         """keys: (batch, keys, d_model), the levels of SHAPES flattened one after the other; padding: (batch,
         keys) True on padding, or None -> per level (batch * heads, head_dim, height, width), zero on padding."""
-        value = self.value_proj(keys)
-        if padding is not None:
-            value = value.masked_fill(padding[..., None], 0.0)
-        return value_maps(value.unflatten(-1, (self.num_heads, -1)), shapes)  # from (batch, keys, heads, head_dim)
+        return self.value_proj.maps(keys, shapes, padding, self.num_heads)
