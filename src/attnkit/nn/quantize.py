@@ -7,7 +7,8 @@ modules that are *called as modules*: the feed-forward's W1 and W2, attention's 
 W^O (`out_proj`, which torch marks as not dynamically quantizable only because its own
 `nn.MultiheadAttention` reads the weight directly; attnkit's `MultiHeadAttention` calls it), and
 any other Linear (DETR's class and box heads). Weights read as tensors stay float32: attention's
-packed W^Q, W^K, W^V (`in_proj_weight`, used with `F.linear`), convolutions and embeddings.
+packed W^Q, W^K, W^V (`in_proj_weight`, used with `F.linear`), deformable attention's value
+projections (written straight into the sampling's layout), convolutions and embeddings.
 `int8_linear` makes an int8 Linear from a weight read as a tensor: a model whose output projection
 is tied to its embedding (section 3.4 of Vaswani et al. 2017) gets an int8 copy for the projection
 and keeps the float embedding for lookups; at a 58k vocabulary that projection is the largest
