@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/detector_vs_rtdetr.py train --dataset crowd --size 320 --preset medium --rtdetr shrunk
     .venv/bin/python benchmarks/detector_vs_rtdetr.py latency --sizes 96 320 640 --batches 1 8
     .venv/bin/python benchmarks/detector_vs_rtdetr.py train --quick     # a check of the script: seconds
+    .venv/bin/python benchmarks/detector_vs_rtdetr.py latency --set backbone_widths=[32,64,128,256] ...
 
 train: both arms in ONE process, ALTERNATING in chunks of --chunk seconds of training each, so
 that a busy machine slows both alike; each arm's budget counts only its own training time (data
@@ -53,6 +54,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -95,12 +97,15 @@ def open_splits(root: Path, train_config):
     return train_set, open_split(layout.source("val"), eval_transforms(t.val_size, t.max_size))
 
 
-def preset_at(name: str, size: int):
-    """The preset's model and training configs at SIZE px (one scale; the longest side up to 5/3 of it)."""
+def preset_at(name: str, size: int, sets: Sequence[str] = ()):
+    """The preset's model and training configs at SIZE px (one scale; the longest side up to 5/3 of it), the
+    model's fields changed by SETS ("FIELD=VALUE", values parsed as `attnkit train --set` parses them)."""
+    from attnkit import overrides
     from attnkit.detection.config import preset
 
     model, train = preset(name)
-    return model, replace(train, train_scales=(size,), val_size=size, max_size=size * 5 // 3)
+    changes = {field: overrides.parse_value(value) for field, _, value in (s.partition("=") for s in sets)}
+    return replace(model, **changes), replace(train, train_scales=(size,), val_size=size, max_size=size * 5 // 3)
 
 
 # ------------------------------------------------------------------ RT-DETR
@@ -311,7 +316,7 @@ def contest(args) -> dict:
     from attnkit.training.precision import resolve_amp
 
     torch.set_num_threads(args.threads)
-    model_config, train_config = preset_at(args.preset, args.size)
+    model_config, train_config = preset_at(args.preset, args.size, args.set)
     root = write_dataset(args.dataset, args.out / "data", args.quick)
     train_set, val_set = open_splits(root, train_config)
     classes = train_set.coco.num_classes
@@ -352,7 +357,7 @@ def contest_result(args, config, amp: bool, arms: list[Arm]) -> dict:
     return {"kind": "train", "dataset": args.dataset, "size": args.size, "preset": args.preset,
             "rtdetr": args.rtdetr, "minutes": args.minutes, "chunk_s": args.chunk, "threads": args.threads,
             "amp": "bf16" if amp else "off", "clock": args.clock, "rtdetr_queries": rtdetr_queries(args.size),
-            "backbone_lr": args.backbone_lr, "queries": config.model.num_queries,
+            "backbone_lr": args.backbone_lr, "queries": config.model.num_queries, "set": args.set,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "arms": {arm.name: {"parameters": parameters(arm.model), "points": arm.points} for arm in arms}}
 
@@ -417,7 +422,7 @@ def latency(args) -> dict:
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    ours = {name: build_model(replace(preset_at(name, 96)[0], num_classes=5)).eval() for name in args.presets}
+    ours = {name: build_model(replace(preset_at(name, 96, args.set)[0], num_classes=5)).eval() for name in args.presets}
     theirs = {kind: build_rtdetr(kind, 5).eval() for kind in args.rtdetr_kinds}
     models = {**{f"attnkit {n}": m for n, m in ours.items()}, **theirs}
     rows: dict[str, dict] = {name: {"parameters": parameters(m)} for name, m in models.items()}
@@ -476,8 +481,8 @@ def latency(args) -> dict:
             for (runtime, name), values in times.items():
                 rows[name][f"{runtime} {size}px b{batch}"] = round(1000 * statistics.median(values), 2)
             print(f"timed {size} px batch {batch}", file=sys.stderr)
-    result = {"kind": "latency", "threads": args.threads, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-              "rows": rows}
+    result = {"kind": "latency", "threads": args.threads, "set": args.set,
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows}
     print("\n".join(latency_table(result, args)))
     return result
 
@@ -507,6 +512,8 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=96, help="image size (shortest side) in training and validation")
     parser.add_argument("--preset", default="small", help="attnkit's preset (its model and recipe)")
     parser.add_argument("--queries", type=int, default=0, help="attnkit's queries (default: the preset's)")
+    parser.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE",
+                        help="attnkit's model fields changed, e.g. backbone_widths=[32,64,128,256]")
     parser.add_argument("--minutes", type=float, default=15.0, help="training minutes per arm")
     parser.add_argument("--eval-every", type=float, default=2.5, help="an arm's minutes between evaluations")
     parser.add_argument("--chunk", type=float, default=30.0, help="seconds of training per turn")

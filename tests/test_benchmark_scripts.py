@@ -70,3 +70,18 @@ def test_rtdetr_arm_pads_to_multiples_of_32_and_keeps_boxes_on_the_same_pixels()
         on = boxes * scale[i]  # normalised by the 96 x 96 canvas: the same pixels
         assert torch.allclose(on * 96, boxes * torch.tensor([width, height, width, height]))
         assert torch.allclose(on / scale[i], boxes)
+
+
+def test_rtdetr_contest_set_changes_attnkit_model_fields():
+    """detector_vs_rtdetr.py --set: the preset's model with fields changed, values parsed as --set parses them."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("detector_vs_rtdetr", ROOT / "benchmarks" / "detector_vs_rtdetr.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    model, train = script.preset_at("small", 320, ["backbone=resnet", "backbone_block=basic",
+                                                   "backbone_depths=[2,2,2,2]", "backbone_widths=[32,64,128,256]",
+                                                   "backbone_stem_width=32", "shared_values=true"])
+    assert model.backbone_widths == (32, 64, 128, 256) and model.backbone_stem_width == 32 and model.shared_values
+    assert model.hidden_dim == 128 and train.train_scales == (320,)  # the rest is the preset's
+    assert script.preset_at("small", 96)[0] == script.preset_at("small", 96, [])[0]
