@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/detector_vs_rtdetr.py train --dataset crowd --size 320 --preset medium --rtdetr shrunk
     .venv/bin/python benchmarks/detector_vs_rtdetr.py latency --sizes 96 320 640 --batches 1 8
     .venv/bin/python benchmarks/detector_vs_rtdetr.py train --quick     # a check of the script: seconds
+    .venv/bin/python benchmarks/detector_vs_rtdetr.py train --dataset marks --minutes 60 --resume  # a cut one goes on
     .venv/bin/python benchmarks/detector_vs_rtdetr.py latency --set backbone_widths=[32,64,128,256] ...
 
 train: both arms in ONE process, ALTERNATING in chunks of --chunk seconds of training each, so
@@ -34,6 +35,9 @@ the config's 1e-5 is for an ImageNet-pretrained backbone (`--backbone-lr 1e-5` r
 batch norms are trained (freezing is for pretrained ones); images are normalised as attnkit's
 (ImageNet mean/std; RT-DETR reads [0, 1]: immaterial from scratch with batch norm). Both the
 raw weights and the EMA are evaluated; RT-DETR's AP at each point is the better of the two.
+After each evaluation the whole contest (both arms' weights, optimizers, EMA, clocks, batches, the
+random generators) is written to OUT/contest_*.safetensors; `--resume` goes on from there, so a
+60-minute contest (hours of wall time) can be run in several sittings; the results name each resumption.
 
 latency: forward only, random weights, eval mode, fp32, --threads threads, batches of 1 and 8 of
 SIZE x SIZE images, in PyTorch and under ONNX Runtime (attnkit: its exporter, the graph
@@ -241,6 +245,24 @@ class Arm:
     def after_step(self) -> None:
         pass
 
+    def state(self) -> dict:
+        """What `restore` needs to go on as if never stopped: weights, optimizer, clock, the epoch's batches left."""
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "spent": self.spent,
+                "steps": self.steps, "epoch": self.epoch, "batches_left": len(self.queue), "points": self.points}
+
+    def restore(self, state: dict) -> None:
+        from attnkit.app.detection.recipe import epoch_refs
+        from attnkit.training.checkpointing import lay_out_like_parameters
+
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        lay_out_like_parameters(self.optimizer)  # channels-last weights keep their moments' layout
+        self.spent, self.steps, self.epoch = state["spent"], state["steps"], state["epoch"]
+        self.points = state["points"]
+        left = state["batches_left"]  # the epoch's batches follow from (seed, epoch): its last LEFT are still due
+        epoch = epoch_refs(len(self.train_set), self.batch_size, self.seed, self.epoch - 1) if left else []
+        self.queue = epoch[len(epoch) - left:]
+
 
 class AttnkitArm(Arm):
     """attnkit's preset exactly as `attnkit train detection` runs it (DetectionTask; lr x 0.1 after lr_drop)."""
@@ -298,6 +320,14 @@ class RtdetrArm(Arm):
     def after_step(self) -> None:
         self.ema.update(self.model)
 
+    def state(self) -> dict:
+        return {**super().state(), "ema": self.ema.module.state_dict(), "ema_updates": self.ema.updates}
+
+    def restore(self, state: dict) -> None:
+        super().restore(state)
+        self.ema.module.load_state_dict(state["ema"])
+        self.ema.updates = state["ema_updates"]
+
     def evaluate(self) -> dict:
         from attnkit.detection.evaluate import evaluate_detector
 
@@ -310,8 +340,8 @@ def parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def contest(args) -> dict:
-    """Both arms, alternating in chunks; AP of each every --eval-every minutes of its own training time."""
+def build_arms(args) -> tuple:
+    """attnkit's preset and the RT-DETR on the same data, each with its recipe and clock: (config, amp, arms)."""
     from attnkit.detection.config import DetectionConfig
     from attnkit.training.precision import resolve_amp
 
@@ -332,33 +362,99 @@ def contest(args) -> dict:
         if args.clock == "cpu":
             arm.use_cpu_clock(args.threads)
         print(f"{arm.name}: {parameters(arm.model) / 1e6:.2f}M parameters", file=sys.stderr)
+    return config, amp, arms
+
+
+def contest(args) -> dict:
+    """Both arms, alternating in chunks; AP of each every --eval-every minutes of its own training time."""
+    saved = contest_state_path(args)
+    if not args.resume and saved.exists():  # never overwritten by a new contest
+        print(f"error: {saved} holds a contest with these settings, cut at {load_contest_minutes(saved)} budget "
+              "minutes; --resume goes on with it (or delete the file to start over)", file=sys.stderr)
+        sys.exit(2)
+    config, amp, arms = build_arms(args)
+    budget_s = arms[0].budget_s
+    turn, resumed = resume_contest(args, saved, arms) if args.resume else (0, [])
     every_s = 60 * args.eval_every
     partial = args.out / f"partial_{args.dataset}_{args.size}_{args.preset}_{args.rtdetr}_{os.getpid()}.json"
     print(f"points so far: {partial}", file=sys.stderr)
     while any(arm.spent < budget_s for arm in arms):
-        for arm in arms:
-            if arm.spent >= budget_s:
-                continue
-            next_eval = (math.floor(arm.spent / every_s + 1e-9) + 1) * every_s
-            arm.train_for(min(args.chunk, next_eval - arm.spent))
-            if arm.spent >= next_eval - 1e-6 or arm.spent >= budget_s:
-                point = {"minutes": round(arm.spent / 60, 2), "steps": arm.steps, **arm.evaluate()}
-                arm.points.append(point)
-                print(f"{time.strftime('%H:%M:%S')} {arm.name}: {json.dumps(point)}", file=sys.stderr)
-                partial.write_text(json.dumps(contest_result(args, config, amp, arms)) + "\n")  # a cut run keeps them
-    result = contest_result(args, config, amp, arms)
+        arm = arms[turn % len(arms)]
+        turn += 1
+        if arm.spent >= budget_s:
+            continue
+        next_eval = (math.floor(arm.spent / every_s + 1e-9) + 1) * every_s
+        arm.train_for(min(args.chunk, next_eval - arm.spent))
+        if arm.spent >= next_eval - 1e-6 or arm.spent >= budget_s:
+            point = {"minutes": round(arm.spent / 60, 2), "steps": arm.steps, **arm.evaluate()}
+            arm.points.append(point)
+            print(f"{time.strftime('%H:%M:%S')} {arm.name}: {json.dumps(point)}", file=sys.stderr)
+            partial.write_text(json.dumps(contest_result(args, config, amp, arms, resumed)) + "\n")  # a cut run
+            save_contest(saved, args, turn, arms, resumed)  # keeps its points, and can go on (--resume)
+    result = contest_result(args, config, amp, arms, resumed)
     partial.unlink()
+    saved.unlink(missing_ok=True)
     print("\n".join(contest_table(result)))
     return result
 
 
-def contest_result(args, config, amp: bool, arms: list[Arm]) -> dict:
+# the settings a resumed contest must share with the one it goes on with
+SETTINGS = ("dataset", "size", "preset", "queries", "set", "minutes", "eval_every", "chunk", "clock", "rtdetr",
+            "backbone_lr", "threads", "quick")
+
+
+def contest_state_path(args) -> Path:
+    return args.out / f"contest_{args.dataset}_{args.size}_{args.preset}_{args.rtdetr}.safetensors"
+
+
+def save_contest(path: Path, args, turn: int, arms: list[Arm], resumed: list[dict]) -> None:
+    """Everything the contest needs to go on (`resume_contest`), written without pickle, atomically."""
+    from attnkit.storage.checkpoint import save_training_state
+    from attnkit.training.rng import capture_rng
+
+    save_training_state(path, {"settings": {key: getattr(args, key) for key in SETTINGS}, "turn": turn,
+                               "resumed": resumed, "rng": capture_rng(),
+                               "arms": {arm.name: arm.state() for arm in arms}})
+
+
+def resume_contest(args, path: Path, arms: list[Arm]) -> tuple[int, list[dict]]:
+    """Each arm back where the saved contest left it; the next turn and the resumptions so far (this one added).
+    Exits with a message (status 2) if there is nothing to resume or it was run with other settings."""
+    from attnkit.storage.checkpoint import load_training_state
+    from attnkit.training.rng import restore_rng
+
+    if not path.exists():
+        print(f"error: --resume: no contest saved as {path}", file=sys.stderr)
+        sys.exit(2)
+    state = load_training_state(path)
+    settings = {key: getattr(args, key) for key in SETTINGS}
+    differ = {key: (value, settings[key]) for key, value in state["settings"].items()
+              if key in settings and json.dumps(value) != json.dumps(settings[key])}
+    if differ:
+        print(f"error: --resume: {path} was run with other settings (saved, now): {differ}", file=sys.stderr)
+        sys.exit(2)
+    for arm in arms:
+        arm.restore(state["arms"][arm.name])
+    restore_rng(state["rng"])  # last: nothing above may draw from the restored generators
+    resumed = [*state["resumed"], {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                                   "minutes": {arm.name: round(arm.spent / 60, 2) for arm in arms}}]
+    print(f"resuming {path} at {resumed[-1]['minutes']} budget minutes", file=sys.stderr)
+    return state["turn"], resumed
+
+
+def load_contest_minutes(path: Path) -> dict:
+    from attnkit.storage.checkpoint import load_training_state
+
+    return {name: round(arm["spent"] / 60, 2) for name, arm in load_training_state(path)["arms"].items()}
+
+
+def contest_result(args, config, amp: bool, arms: list[Arm], resumed: Sequence[dict] = ()) -> dict:
     """The contest's settings and each arm's points so far."""
     return {"kind": "train", "dataset": args.dataset, "size": args.size, "preset": args.preset,
             "rtdetr": args.rtdetr, "minutes": args.minutes, "chunk_s": args.chunk, "threads": args.threads,
             "amp": "bf16" if amp else "off", "clock": args.clock, "rtdetr_queries": rtdetr_queries(args.size),
             "backbone_lr": args.backbone_lr, "queries": config.model.num_queries, "set": args.set,
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "resumed": list(resumed),
             "arms": {arm.name: {"parameters": parameters(arm.model), "points": arm.points} for arm in arms}}
 
 
@@ -505,7 +601,7 @@ def latency_table(result: dict, args) -> list[str]:
     return lines
 
 
-def main() -> None:
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("mode", choices=("train", "latency"))
     parser.add_argument("--dataset", default="shapes", choices=("shapes", "marks", "crowd"))
@@ -532,9 +628,16 @@ def main() -> None:
     parser.add_argument("--runtimes", nargs="+", default=["torch", "onnx"], choices=("torch", "onnx"))
     parser.add_argument("--out", type=Path, default=Path("runs/detector_vs_rtdetr"))
     parser.add_argument("--quick", action="store_true", help="small data, seconds: a check of the script")
-    args = parser.parse_args()
+    parser.add_argument("--resume", action="store_true",
+                        help="train: go on with the contest saved in --out with these settings (cut, or stopped)")
+    args = parser.parse_args(argv)
     if args.quick:
         args.minutes, args.eval_every, args.chunk, args.sizes, args.repeats = 0.3, 0.15, 5, [96], 2
+    return args
+
+
+def main() -> None:
+    args = parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     result = contest(args) if args.mode == "train" else latency(args)
     with (args.out / "results.json").open("a") as file:

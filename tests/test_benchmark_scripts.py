@@ -85,3 +85,50 @@ def test_rtdetr_contest_set_changes_attnkit_model_fields():
     assert model.backbone_widths == (32, 64, 128, 256) and model.backbone_stem_width == 32 and model.shared_values
     assert model.hidden_dim == 128 and train.train_scales == (320,)  # the rest is the preset's
     assert script.preset_at("small", 96)[0] == script.preset_at("small", 96, [])[0]
+
+
+def test_rtdetr_contest_saved_after_a_point_goes_on_where_each_arm_was(tmp_path, capsys):
+    """detector_vs_rtdetr.py --resume: both arms' weights, moments, EMA, clocks and batches come back as saved;
+    a contest with other settings is refused, and a saved one is never started over without --resume."""
+    import importlib.util
+
+    import pytest
+    import torch
+
+    spec = importlib.util.spec_from_file_location("detector_vs_rtdetr", ROOT / "benchmarks" / "detector_vs_rtdetr.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    args = script.parse_args(["train", "--quick", "--rtdetr", "shrunk", "--out", str(tmp_path)])
+    _, _, arms = script.build_arms(args)
+    for arm in arms:
+        arm.train_for(1.0)
+        arm.points.append({"minutes": 0.02, "steps": arm.steps, "AP": 0.5})
+    path = script.contest_state_path(args)
+    script.save_contest(path, args, 3, arms, [])
+    assert script.load_contest_minutes(path) == {arm.name: round(arm.spent / 60, 2) for arm in arms}
+
+    _, _, again = script.build_arms(args)  # the same seeds: the weights as they were before training
+    args.resume = True
+    turn, resumed = script.resume_contest(args, path, again)
+    assert turn == 3 and len(resumed) == 1 and set(resumed[0]["minutes"]) == {"attnkit", "shrunk"}
+    for old, new in zip(arms, again):
+        assert new.steps == old.steps > 0 and new.spent == old.spent and new.epoch == old.epoch
+        assert new.queue == old.queue and new.points == old.points
+        for name, value in old.model.state_dict().items():
+            assert torch.equal(new.model.state_dict()[name], value), name
+        moments = [(a, b) for a, b in zip(old.optimizer.state.values(), new.optimizer.state.values())]
+        assert moments and all(torch.equal(a["exp_avg_sq"], b["exp_avg_sq"]) for a, b in moments)
+    assert again[1].ema.updates == arms[1].ema.updates > 0
+    assert all(torch.equal(a, b) for a, b in zip(arms[1].ema.module.state_dict().values(),
+                                                  again[1].ema.module.state_dict().values()))
+
+    other = script.parse_args(["train", "--quick", "--rtdetr", "shrunk", "--out", str(tmp_path), "--resume",
+                               "--chunk", "7"])
+    other.chunk = 7.0  # --quick sets the chunk; a resumed contest must keep the saved one
+    with pytest.raises(SystemExit) as refused:
+        script.resume_contest(other, path, again)
+    assert refused.value.code == 2 and "chunk" in capsys.readouterr().err
+    args.resume = False
+    with pytest.raises(SystemExit) as kept:
+        script.contest(args)
+    assert kept.value.code == 2 and "--resume" in capsys.readouterr().err and path.exists()
