@@ -42,7 +42,8 @@ random generators) is written to OUT/contest_*.safetensors; `--resume` goes on f
 latency: forward only, random weights, eval mode, fp32, --threads threads, batches of 1 and 8 of
 SIZE x SIZE images, in PyTorch and under ONNX Runtime (attnkit: its exporter, the graph
 `attnkit export onnx` writes; RT-DETR: torch.onnx.export of the transformers model, opset 18, its
-sigmoid scores and boxes as outputs); the arms alternate call by call; medians.
+sigmoid scores and boxes as outputs); the arms alternate call by call; medians. The graphs stay in
+OUT/graphs; --op-times adds each graph's kernel time per ONNX operator type (ONNX Runtime's profiler).
 Writes OUT/results.json (appended) and prints Markdown tables.
 """
 
@@ -56,7 +57,6 @@ import math
 import os
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -525,13 +525,18 @@ def latency(args) -> dict:
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = args.threads, 1
     sessions: dict[tuple[str, int], object] = {}
-    folder = Path(tempfile.mkdtemp())
+    folder = args.out / "graphs"  # the graphs timed, kept for a look (each run rewrites them)
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def graph_path(name: str, size: int) -> Path:
+        queries = 0 if name.startswith("attnkit") else rtdetr_queries(size)
+        return folder / f"{name.replace(' ', '_')}_{queries}.onnx"
 
     def session(name: str, size: int):
         own = name.startswith("attnkit")
         queries = 0 if own else rtdetr_queries(size)
         if (name, queries) not in sessions:
-            path = folder / f"{name.replace(' ', '_')}_{queries}.onnx"
+            path = graph_path(name, size)
             started = time.perf_counter()
             try:
                 export_onnx(name, models[name], path, 96 if own or queries < 300 else 320)
@@ -552,7 +557,7 @@ def latency(args) -> dict:
             images = torch.randn(batch, 3, size, size)
             mask = torch.zeros(batch, size, size, dtype=torch.bool)
             sizes = torch.tensor([[size, size]] * batch)
-            calls = {}
+            calls, feeds = {}, {}
             for name, model in models.items():
                 own = name.startswith("attnkit")
                 calls[("torch", name)] = (lambda m=model, o=own, x=images, k=mask: m(x, k) if o else m(pixel_values=x))
@@ -560,6 +565,7 @@ def latency(args) -> dict:
                     feed = ({"images": images.numpy(), "mask": mask.numpy(), "image_sizes": sizes.numpy()} if own
                             else {"images": images.numpy()})
                     calls[("onnx", name)] = (lambda g=graph, f=feed: g.run(None, f))
+                    feeds[name] = feed
             times: dict[tuple, list[float]] = {key: [] for key in calls}
             repeats = args.repeats if size * size * batch < 320 * 320 * 8 else max(3, args.repeats // 3)
             with torch.inference_mode():
@@ -576,11 +582,49 @@ def latency(args) -> dict:
                         times[key].append(time.perf_counter() - start)
             for (runtime, name), values in times.items():
                 rows[name][f"{runtime} {size}px b{batch}"] = round(1000 * statistics.median(values), 2)
+            for name, feed in feeds.items() if args.op_times else ():
+                rows[name][f"op ms {size}px b{batch}"] = op_times(graph_path(name, size), feed, args.threads)
             print(f"timed {size} px batch {batch}", file=sys.stderr)
     result = {"kind": "latency", "threads": args.threads, "set": args.set,
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows}
-    print("\n".join(latency_table(result, args)))
+    print("\n".join(latency_table(result, args) + (["", *op_table(result)] if args.op_times else [])))
     return result
+
+
+def op_times(path: Path, feed: dict, threads: int, runs: int = 3) -> dict[str, float]:
+    """Milliseconds per call that ONNX Runtime's kernels of each operator type take in graph PATH (its profiler's
+    kernel times, summed, a mean over RUNS calls after a warm-up), longest first. The profile is deleted."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    options.enable_profiling, options.profile_file_prefix = True, str(path.with_suffix(""))
+    session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    for _ in range(runs + 1):
+        session.run(None, feed)
+    profile = Path(session.end_profiling())
+    events = json.loads(profile.read_text())
+    profile.unlink()
+    warm_up_end = min(e["ts"] + e["dur"] for e in events if e.get("name") == "model_run")
+    totals: dict[str, float] = {}
+    for event in events:
+        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time") and event["ts"] >= warm_up_end:
+            op = event["args"]["op_name"]
+            totals[op] = totals.get(op, 0.0) + event["dur"] / 1000 / runs
+    return {op: round(ms, 2) for op, ms in sorted(totals.items(), key=lambda item: -item[1])}
+
+
+def op_table(result: dict) -> list[str]:
+    """Per graph, size and batch: the kernels' total, the convolutions' part, and the longest other operators."""
+    lines = ["| ONNX Runtime kernels, size, batch | graph | total ms | Conv ms (share) | longest others, ms |",
+             "| --- | --- | ---: | ---: | --- |"]
+    for name, row in result["rows"].items():
+        for key, ops in row.items():
+            if key.startswith("op ms "):
+                total, conv = sum(ops.values()), ops.get("Conv", 0.0)
+                others = ", ".join(f"{op} {ms:.1f}" for op, ms in list(ops.items())[:6] if op != "Conv")
+                lines.append(f"| {key[6:]} | {name} | {total:.1f} | {conv:.1f} ({conv / total:.0%}) | {others} |")
+    return lines
 
 
 def latency_table(result: dict, args) -> list[str]:
@@ -627,6 +671,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--runtimes", nargs="+", default=["torch", "onnx"], choices=("torch", "onnx"))
     parser.add_argument("--out", type=Path, default=Path("runs/detector_vs_rtdetr"))
+    parser.add_argument("--op-times", action="store_true",
+                        help="latency: also each ONNX graph's kernel time per operator type (ONNX Runtime's profiler)")
     parser.add_argument("--quick", action="store_true", help="small data, seconds: a check of the script")
     parser.add_argument("--resume", action="store_true",
                         help="train: go on with the contest saved in --out with these settings (cut, or stopped)")
