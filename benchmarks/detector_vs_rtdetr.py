@@ -2,14 +2,15 @@
 
     .venv/bin/python benchmarks/detector_vs_rtdetr.py train --dataset shapes --size 96 --minutes 10 --rtdetr r18vd
     .venv/bin/python benchmarks/detector_vs_rtdetr.py train --dataset crowd --size 320 --preset medium --rtdetr shrunk
+    .venv/bin/python benchmarks/detector_vs_rtdetr.py train --dataset marks --rtdetr r18vd shrunk dfine  # 4 arms
     .venv/bin/python benchmarks/detector_vs_rtdetr.py latency --sizes 96 320 640 --batches 1 8
     .venv/bin/python benchmarks/detector_vs_rtdetr.py train --quick     # a check of the script: seconds
     .venv/bin/python benchmarks/detector_vs_rtdetr.py train --dataset marks --minutes 60 --resume  # a cut one goes on
     .venv/bin/python benchmarks/detector_vs_rtdetr.py latency --set backbone_widths=[32,64,128,256] ...
 
-train: both arms in ONE process, ALTERNATING in chunks of --chunk seconds of training each, so
-that a busy machine slows both alike; each arm's budget counts only its own training time (data
-loading, forward, backward, update), as CPU time per thread by default (`--clock cpu`: a shared
+train: all arms (attnkit's and one per --rtdetr kind) in ONE process, ALTERNATING in chunks of --chunk
+seconds of training each, so that a busy machine slows all alike; each arm's budget counts only its
+own training time (data loading, forward, backward, update), as CPU time per thread by default (`--clock cpu`: a shared
 machine's other work does not count) or wall-clock time (`--clock wall`); validation is not
 counted. Same images (attnkit's dataset builders: `shapes`, `marks` of
 benchmarks/detector_convergence.py, `crowd`), same augmentation (the preset's: one scale --size,
@@ -355,9 +356,9 @@ def build_arms(args) -> tuple:
     amp = resolve_amp(train_config.amp, torch.device("cpu")) == "bf16"
     budget_s = 60 * args.minutes
     arms: list[Arm] = [AttnkitArm(config, train_set, val_set, budget_s, amp),
-                       RtdetrArm(args.rtdetr, classes, rtdetr_queries(args.size), train_set, val_set,
-                                 train_config.batch_size, train_config.seed, budget_s, amp,
-                                 backbone_lr=args.backbone_lr)]
+                       *(RtdetrArm(kind, classes, rtdetr_queries(args.size), train_set, val_set,
+                                   train_config.batch_size, train_config.seed, budget_s, amp,
+                                   backbone_lr=args.backbone_lr) for kind in args.rtdetr)]
     for arm in arms:
         if args.clock == "cpu":
             arm.use_cpu_clock(args.threads)
@@ -376,7 +377,7 @@ def contest(args) -> dict:
     budget_s = arms[0].budget_s
     turn, resumed = resume_contest(args, saved, arms) if args.resume else (0, [])
     every_s = 60 * args.eval_every
-    partial = args.out / f"partial_{args.dataset}_{args.size}_{args.preset}_{args.rtdetr}_{os.getpid()}.json"
+    partial = args.out / f"partial_{contest_name(args)}_{os.getpid()}.json"
     print(f"points so far: {partial}", file=sys.stderr)
     while any(arm.spent < budget_s for arm in arms):
         arm = arms[turn % len(arms)]
@@ -404,7 +405,11 @@ SETTINGS = ("dataset", "size", "preset", "queries", "set", "minutes", "eval_ever
 
 
 def contest_state_path(args) -> Path:
-    return args.out / f"contest_{args.dataset}_{args.size}_{args.preset}_{args.rtdetr}.safetensors"
+    return args.out / f"contest_{contest_name(args)}.safetensors"
+
+
+def contest_name(args) -> str:
+    return f"{args.dataset}_{args.size}_{args.preset}_{'+'.join(args.rtdetr)}"
 
 
 def save_contest(path: Path, args, turn: int, arms: list[Arm], resumed: list[dict]) -> None:
@@ -459,15 +464,22 @@ def contest_result(args, config, amp: bool, arms: list[Arm], resumed: Sequence[d
 
 
 def contest_table(result: dict) -> list[str]:
-    (a, ours), (b, theirs) = result["arms"].items()
-    lines = [f"{result['dataset']}, {result['size']} px, `{result['preset']}` ({ours['parameters'] / 1e6:.1f}M) "
-             f"vs {b} ({theirs['parameters'] / 1e6:.1f}M), {result['minutes']} min each, {result['amp']}",
-             "", f"| minutes | {a} AP | {b} AP (raw / EMA) | ratio | {a} steps | {b} steps |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for p, q in zip(ours["points"], theirs["points"]):
-        ratio = f"{p['AP'] / q['AP']:.1f}x" if q["AP"] > 0 else "-"
-        lines.append(f"| {p['minutes']:.1f} | {p['AP']:.3f} | {q['AP']:.3f} ({q['AP_raw']:.3f} / {q['AP_ema']:.3f}) "
-                     f"| {ratio} | {p['steps']} | {q['steps']} |")
+    """attnkit's AP and steps at each point, and each RT-DETR's (the better of raw and EMA) with attnkit's ratio."""
+    (a, ours), *others = result["arms"].items()
+    lines = [f"{result['dataset']}, {result['size']} px, `{result['preset']}` ({ours['parameters'] / 1e6:.1f}M) vs "
+             + ", ".join(f"{b} ({theirs['parameters'] / 1e6:.1f}M)" for b, theirs in others)
+             + f", {result['minutes']} min each, {result['amp']}", "",
+             f"| minutes | {a} AP (steps) | " + " | ".join(f"{b} AP (raw / EMA; steps) | ratio" for b, _ in others)
+             + " |",
+             "| ---: | ---: |" + " ---: | ---: |" * len(others)]
+    for index, p in enumerate(ours["points"]):
+        cells = []
+        for _, theirs in others:
+            q = theirs["points"][index] if index < len(theirs["points"]) else None
+            cells += (["-", "-"] if q is None else
+                      [f"{q['AP']:.3f} ({q['AP_raw']:.3f} / {q['AP_ema']:.3f}; {q['steps']})",
+                       f"{p['AP'] / q['AP']:.1f}x" if q["AP"] > 0 else "-"])
+        lines.append(f"| {p['minutes']:.1f} | {p['AP']:.3f} ({p['steps']}) | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -660,7 +672,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--clock", default="cpu", choices=("cpu", "wall"),
                         help="what a budget minute is: cpu = 60 s of this process's CPU time per thread (robust to "
                              "a shared machine), wall = 60 s of wall-clock time")
-    parser.add_argument("--rtdetr", default="r18vd", choices=RTDETR_KINDS)
+    parser.add_argument("--rtdetr", nargs="+", default=["r18vd"], choices=RTDETR_KINDS,
+                        help="train: the RT-DETR arms (several: each against the same attnkit arm, in one contest)")
     parser.add_argument("--backbone-lr", type=float, default=1e-4, help="RT-DETR's backbone lr (its config: 1e-5, "
                                                                           "for a pretrained backbone)")
     parser.add_argument("--threads", type=int, default=2)
@@ -677,6 +690,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--resume", action="store_true",
                         help="train: go on with the contest saved in --out with these settings (cut, or stopped)")
     args = parser.parse_args(argv)
+    args.rtdetr = list(dict.fromkeys(args.rtdetr))  # each kind once
     if args.quick:
         args.minutes, args.eval_every, args.chunk, args.sizes, args.repeats = 0.3, 0.15, 5, [96], 2
     return args

@@ -99,10 +99,13 @@ def test_rtdetr_contest_saved_after_a_point_goes_on_where_each_arm_was(tmp_path,
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     args = script.parse_args(["train", "--quick", "--rtdetr", "shrunk", "--out", str(tmp_path)])
-    _, _, arms = script.build_arms(args)
+    config, amp, arms = script.build_arms(args)
     for arm in arms:
         arm.train_for(1.0)
-        arm.points.append({"minutes": 0.02, "steps": arm.steps, "AP": 0.5})
+        arm.points.append({"minutes": 0.02, "steps": arm.steps, "AP": 0.5, "AP_raw": 0.5, "AP_ema": 0.4})
+    table = script.contest_table(script.contest_result(args, config, amp, arms))
+    assert "| attnkit AP (steps) | shrunk AP (raw / EMA; steps) | ratio |" in table[2]
+    assert table[-1] == f"| 0.0 | 0.500 ({arms[0].steps}) | 0.500 (0.500 / 0.400; {arms[1].steps}) | 1.0x |"
     path = script.contest_state_path(args)
     script.save_contest(path, args, 3, arms, [])
     assert script.load_contest_minutes(path) == {arm.name: round(arm.spent / 60, 2) for arm in arms}
