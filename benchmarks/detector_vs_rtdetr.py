@@ -43,8 +43,10 @@ random generators) is written to OUT/contest_*.safetensors; `--resume` goes on f
 latency: forward only, random weights, eval mode, fp32, --threads threads, batches of 1 and 8 of
 SIZE x SIZE images, in PyTorch and under ONNX Runtime (attnkit: its exporter, the graph
 `attnkit export onnx` writes; RT-DETR: torch.onnx.export of the transformers model, opset 18, its
-sigmoid scores and boxes as outputs); the arms alternate call by call; medians. The graphs stay in
-OUT/graphs; --op-times adds each graph's kernel time per ONNX operator type (ONNX Runtime's profiler).
+sigmoid scores and boxes as outputs); in PyTorch the models alternate call by call, under ONNX Runtime each
+session runs its calls in a row (a session's threads spin after a call and slow the next session's); medians.
+The graphs stay in OUT/graphs; --op-times adds each graph's kernel time per ONNX operator type (ONNX
+Runtime's profiler).
 Writes OUT/results.json (appended) and prints Markdown tables.
 """
 
@@ -520,7 +522,7 @@ def export_onnx(name: str, model: nn.Module, path: Path, size: int) -> None:
 
 
 def latency(args) -> dict:
-    """Milliseconds per call, forward only, alternating the models call by call, in PyTorch and ONNX Runtime.
+    """Milliseconds per call, forward only, in PyTorch (the models alternating call by call) and ONNX Runtime.
 
     RT-DETR runs with `rtdetr_queries(size)` queries (100 at 96 px); its ONNX graph is exported once per query
     count (the top-k is in the graph), attnkit's once; both with dynamic batch, height and width."""
@@ -587,11 +589,17 @@ def latency(args) -> dict:
                     except Exception as error:  # noqa: BLE001
                         rows[key[1]][f"{key[0]} {size}px b{batch} error"] = str(error).splitlines()[0][:300]
                         del calls[key], times[key]
-                for _ in range(repeats):
+                time.sleep(0.2)  # the ONNX Runtime pools' threads (warmed up above) stop spinning
+                for _ in range(repeats):  # PyTorch: the models alternate call by call
                     for key, call in calls.items():
-                        start = time.perf_counter()
+                        if key[0] == "torch":
+                            times[key].append(elapsed(call))
+                # ONNX Runtime: one session at a time, a warm-up call then REPEATS in a row: a session's thread pool
+                # spins after each call, and in alternation it slowed the next session's call up to 3x
+                for key, call in calls.items():
+                    if key[0] == "onnx":
                         call()
-                        times[key].append(time.perf_counter() - start)
+                        times[key] += [elapsed(call) for _ in range(repeats)]
             for (runtime, name), values in times.items():
                 rows[name][f"{runtime} {size}px b{batch}"] = round(1000 * statistics.median(values), 2)
             for name, feed in feeds.items() if args.op_times else ():
@@ -601,6 +609,13 @@ def latency(args) -> dict:
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows}
     print("\n".join(latency_table(result, args) + (["", *op_table(result)] if args.op_times else [])))
     return result
+
+
+def elapsed(call) -> float:
+    """Seconds one CALL() takes."""
+    start = time.perf_counter()
+    call()
+    return time.perf_counter() - start
 
 
 def op_times(path: Path, feed: dict, threads: int, runs: int = 3) -> dict[str, float]:
