@@ -42,7 +42,7 @@ random generators) is written to OUT/contest_*.safetensors; `--resume` goes on f
 
 latency: forward only, random weights, eval mode, fp32, --threads threads, batches of 1 and 8 of
 SIZE x SIZE images, in PyTorch and under ONNX Runtime (attnkit: its exporter, the graph
-`attnkit export onnx` writes; RT-DETR: torch.onnx.export of the transformers model, opset 18, its
+`attnkit export onnx` writes; RT-DETR: torch.onnx.export of the transformers model, opset 17, its
 sigmoid scores and boxes as outputs); in PyTorch the models alternate call by call, under ONNX Runtime each
 session runs its calls in a row (a session's threads spin after a call and slow the next session's); medians.
 The graphs stay in OUT/graphs; --op-times adds each graph's kernel time per ONNX operator type (ONNX

@@ -135,3 +135,21 @@ def test_rtdetr_contest_saved_after_a_point_goes_on_where_each_arm_was(tmp_path,
     with pytest.raises(SystemExit) as kept:
         script.contest(args)
     assert kept.value.code == 2 and "--resume" in capsys.readouterr().err and path.exists()
+
+
+def test_rtdetr_latency_op_times_sum_each_operator_types_kernels(tmp_path):
+    """detector_vs_rtdetr.py --op-times: ONNX Runtime's profile of a graph, per operator type, and its table row."""
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("detector_vs_rtdetr", ROOT / "benchmarks" / "detector_vs_rtdetr.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 3)).eval()
+    path = tmp_path / "graph.onnx"
+    torch.onnx.export(model, (torch.rand(1, 3, 32, 32),), str(path), input_names=["images"], dynamo=False)
+    ops = script.op_times(path, {"images": torch.rand(1, 3, 32, 32).numpy()}, threads=1)
+    assert "Conv" in ops and all(ms >= 0 for ms in ops.values()) and list(tmp_path.glob("*.json")) == []
+    row = script.op_table({"rows": {"net": {"parameters": 1, "op ms 32px b1": {"Conv": 3.0, "Relu": 1.0}}}})[-1]
+    assert row == "| 32px b1 | net | 4.0 | 3.0 (75%) | Relu 1.0 |"
