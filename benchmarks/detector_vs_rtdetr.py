@@ -392,11 +392,14 @@ def contest(args) -> dict:
             point = {"minutes": round(arm.spent / 60, 2), "steps": arm.steps, **arm.evaluate()}
             arm.points.append(point)
             print(f"{time.strftime('%H:%M:%S')} {arm.name}: {json.dumps(point)}", file=sys.stderr)
-            partial.write_text(json.dumps(contest_result(args, config, amp, arms, resumed)) + "\n")  # a cut run
-            save_contest(saved, args, turn, arms, resumed)  # keeps its points, and can go on (--resume)
+            partial.write_text(json.dumps(contest_result(args, config, amp, arms, resumed)) + "\n")  # kept if cut
+            save_contest(saved, args, turn, arms, resumed, partial.name)  # and can go on (--resume)
     result = contest_result(args, config, amp, arms, resumed)
-    partial.unlink()
-    saved.unlink(missing_ok=True)
+    # done: the points so far and the saved contest, those of the runs it went on from (all in the result), and
+    # the states a killed run left half-written
+    cut = [args.out / r["points"] for r in resumed if r.get("points")]
+    for leftover in [partial, saved, *cut, *args.out.glob(f".{saved.name}.tmp-*")]:
+        leftover.unlink(missing_ok=True)
     print("\n".join(contest_table(result)))
     return result
 
@@ -414,13 +417,14 @@ def contest_name(args) -> str:
     return f"{args.dataset}_{args.size}_{args.preset}_{'+'.join(args.rtdetr)}"
 
 
-def save_contest(path: Path, args, turn: int, arms: list[Arm], resumed: list[dict]) -> None:
-    """Everything the contest needs to go on (`resume_contest`), written without pickle, atomically."""
+def save_contest(path: Path, args, turn: int, arms: list[Arm], resumed: list[dict], points: str = "") -> None:
+    """Everything the contest needs to go on (`resume_contest`), written without pickle, atomically; POINTS: the
+    file in --out where this run writes its points so far."""
     from attnkit.storage.checkpoint import save_training_state
     from attnkit.training.rng import capture_rng
 
     save_training_state(path, {"settings": {key: getattr(args, key) for key in SETTINGS}, "turn": turn,
-                               "resumed": resumed, "rng": capture_rng(),
+                               "resumed": resumed, "points": points, "rng": capture_rng(),
                                "arms": {arm.name: arm.state() for arm in arms}})
 
 
@@ -444,7 +448,8 @@ def resume_contest(args, path: Path, arms: list[Arm]) -> tuple[int, list[dict]]:
         arm.restore(state["arms"][arm.name])
     restore_rng(state["rng"])  # last: nothing above may draw from the restored generators
     resumed = [*state["resumed"], {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                                   "minutes": {arm.name: round(arm.spent / 60, 2) for arm in arms}}]
+                                   "minutes": {arm.name: round(arm.spent / 60, 2) for arm in arms},
+                                   "points": state.get("points", "")}]  # the cut run's points, in this run's too
     print(f"resuming {path} at {resumed[-1]['minutes']} budget minutes", file=sys.stderr)
     return state["turn"], resumed
 
