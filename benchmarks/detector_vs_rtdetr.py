@@ -26,7 +26,7 @@ to about attnkit `small`'s parameter count; `dfine` is transformers' DFineForObj
 D-FINE-S's configuration (HGNetV2-B0). Its own loss (varifocal classification, L1 + GIoU,
 denoising, auxiliary layers) via `labels` passed to forward.
 
-RT-DETR's recipe, from rtdetr_r18vd_6x_coco.yml / rtdetrv2's: AdamW, lr 1e-4, weight decay 1e-4
+RT-DETR's recipe (`RECIPES`), from rtdetr_r18vd_6x_coco.yml / rtdetrv2's: AdamW, lr 1e-4, weight decay 1e-4
 (0 on the encoder's and decoder's norms), betas 0.9/0.999, gradient clipping 0.1, a linear
 warm-up of 2000 steps (RT-DETRv2), a weight EMA of decay 0.9999 with 2000 warm-up updates
 (decay * (1 - exp(-updates / 2000))), no lr drop within the budget. Changed for a from-scratch
@@ -36,6 +36,9 @@ the config's 1e-5 is for an ImageNet-pretrained backbone (`--backbone-lr 1e-5` r
 batch norms are trained (freezing is for pretrained ones); images are normalised as attnkit's
 (ImageNet mean/std; RT-DETR reads [0, 1]: immaterial from scratch with batch norm). Both the
 raw weights and the EMA are evaluated; RT-DETR's AP at each point is the better of the two.
+D-FINE-S trains with its own recipe the same way (dfine_hgnetv2_s_coco.yml and D-FINE's optimizer.yml):
+lr 2.5e-4 (its backbone's 1.25e-4 is for a pretrained one), weight decay 1.25e-4, warm-up 500 steps,
+EMA warm-up 1000 updates.
 After each evaluation the whole contest (both arms' weights, optimizers, EMA, clocks, batches, the
 random generators) is written to OUT/contest_*.safetensors; `--resume` goes on from there, so a
 60-minute contest (hours of wall time) can be run in several sittings; the results name each resumption.
@@ -64,6 +67,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 os.environ.setdefault("GOMP_SPINCOUNT", "0")  # idle OpenMP threads sleep: process CPU time counts work, not spinning
 import torch  # noqa: E402
@@ -291,11 +295,27 @@ class AttnkitArm(Arm):
         return {"AP": self.task.evaluate()["AP"]}
 
 
+class Recipe(NamedTuple):
+    """A model's AdamW learning rate and weight decay, linear warm-up steps and EMA warm-up updates."""
+    lr: float
+    weight_decay: float
+    warmup_steps: int
+    ema_warmups: int
+
+
+RECIPES = {"r18vd": Recipe(1e-4, 1e-4, 2000, 2000),  # rtdetr_r18vd_6x_coco.yml, RT-DETRv2's warm-up
+           "shrunk": Recipe(1e-4, 1e-4, 2000, 2000),
+           "dfine": Recipe(2.5e-4, 1.25e-4, 500, 1000)}  # dfine_hgnetv2_s_coco.yml, D-FINE's optimizer.yml
+
+
 class RtdetrArm(Arm):
-    """RT-DETR with its recipe (module docstring): AdamW, warm-up, EMA, its own loss."""
+    """RT-DETR (or D-FINE) with its recipe (module docstring): AdamW, warm-up, EMA, its own loss.
+    backbone_lr: None = the rest's (from scratch)."""
 
     def __init__(self, kind: str, num_labels: int, queries: int, train_set, val_set, batch_size: int, seed: int,
-                 budget_s: float, amp: bool, lr: float = 1e-4, backbone_lr: float = 1e-4) -> None:
+                 budget_s: float, amp: bool, backbone_lr: float | None = None) -> None:
+        self.recipe = recipe = RECIPES[kind]
+        lr = recipe.lr
         torch.manual_seed(seed)
         super().__init__(kind, build_rtdetr(kind, num_labels, queries), train_set, val_set, batch_size, seed,
                          budget_s, amp)
@@ -303,15 +323,15 @@ class RtdetrArm(Arm):
         backbone = [p for n, p in named if ".backbone." in n]
         no_decay = [p for n, p in named if ".backbone." not in n and ("norm" in n or ".bn" in n)]
         rest = [p for n, p in named if ".backbone." not in n and not ("norm" in n or ".bn" in n)]
-        self.optimizer = torch.optim.AdamW([{"params": backbone, "lr": backbone_lr},
+        self.optimizer = torch.optim.AdamW([{"params": backbone, "lr": backbone_lr or lr},
                                             {"params": no_decay, "lr": lr, "weight_decay": 0.0},
                                             {"params": rest, "lr": lr}], lr=lr, betas=(0.9, 0.999),
-                                           weight_decay=1e-4)
+                                           weight_decay=recipe.weight_decay)
         self.base = [g["lr"] for g in self.optimizer.param_groups]
-        self.ema = Ema(self.model)
+        self.ema = Ema(self.model, warmups=recipe.ema_warmups)
 
-    def set_lr(self) -> None:  # linear warm-up: 2000 steps or 5% of the budget, whichever ends first
-        factor = min(1.0, max((self.steps + 1) / 2000, self.spent / (0.05 * self.budget_s)))
+    def set_lr(self) -> None:  # linear warm-up: the recipe's steps or 5% of the budget, whichever ends first
+        factor = min(1.0, max((self.steps + 1) / self.recipe.warmup_steps, self.spent / (0.05 * self.budget_s)))
         for group, lr in zip(self.optimizer.param_groups, self.base):
             group["lr"] = lr * factor
 
@@ -409,6 +429,14 @@ SETTINGS = ("dataset", "size", "preset", "queries", "set", "minutes", "eval_ever
             "backbone_lr", "threads", "quick")
 
 
+def contest_settings(args) -> dict:
+    """SETTINGS as the contest runs them: the RT-DETR backbone's lr resolved where all kinds have the same."""
+    settings = {key: getattr(args, key) for key in SETTINGS}
+    if args.backbone_lr is None and len({RECIPES[kind].lr for kind in args.rtdetr}) == 1:
+        settings["backbone_lr"] = RECIPES[args.rtdetr[0]].lr
+    return settings
+
+
 def contest_state_path(args) -> Path:
     return args.out / f"contest_{contest_name(args)}.safetensors"
 
@@ -423,7 +451,7 @@ def save_contest(path: Path, args, turn: int, arms: list[Arm], resumed: list[dic
     from attnkit.storage.checkpoint import save_training_state
     from attnkit.training.rng import capture_rng
 
-    save_training_state(path, {"settings": {key: getattr(args, key) for key in SETTINGS}, "turn": turn,
+    save_training_state(path, {"settings": contest_settings(args), "turn": turn,
                                "resumed": resumed, "points": points, "rng": capture_rng(),
                                "arms": {arm.name: arm.state() for arm in arms}})
 
@@ -438,7 +466,7 @@ def resume_contest(args, path: Path, arms: list[Arm]) -> tuple[int, list[dict]]:
         print(f"error: --resume: no contest saved as {path}", file=sys.stderr)
         sys.exit(2)
     state = load_training_state(path)
-    settings = {key: getattr(args, key) for key in SETTINGS}
+    settings = contest_settings(args)
     differ = {key: (value, settings[key]) for key, value in state["settings"].items()
               if key in settings and json.dumps(value) != json.dumps(settings[key])}
     if differ:
@@ -465,7 +493,8 @@ def contest_result(args, config, amp: bool, arms: list[Arm], resumed: Sequence[d
     return {"kind": "train", "dataset": args.dataset, "size": args.size, "preset": args.preset,
             "rtdetr": args.rtdetr, "minutes": args.minutes, "chunk_s": args.chunk, "threads": args.threads,
             "amp": "bf16" if amp else "off", "clock": args.clock, "rtdetr_queries": rtdetr_queries(args.size),
-            "backbone_lr": args.backbone_lr, "queries": config.model.num_queries, "set": args.set,
+            "backbone_lr": contest_settings(args)["backbone_lr"], "queries": config.model.num_queries, "set": args.set,
+            "recipes": {kind: RECIPES[kind]._asdict() for kind in args.rtdetr},
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "resumed": list(resumed),
             "arms": {arm.name: {"parameters": parameters(arm.model), "points": arm.points} for arm in arms}}
 
@@ -694,8 +723,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                              "a shared machine), wall = 60 s of wall-clock time")
     parser.add_argument("--rtdetr", nargs="+", default=["r18vd"], choices=RTDETR_KINDS,
                         help="train: the RT-DETR arms (several: each against the same attnkit arm, in one contest)")
-    parser.add_argument("--backbone-lr", type=float, default=1e-4, help="RT-DETR's backbone lr (its config: 1e-5, "
-                                                                          "for a pretrained backbone)")
+    parser.add_argument("--backbone-lr", type=float, default=None,
+                        help="RT-DETR's backbone lr (default: the rest's, from scratch; its configs' lower ones, "
+                             "1e-5 for R18-vd, are for a pretrained backbone)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--sizes", type=int, nargs="+", default=[96, 320, 640])
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])

@@ -85,6 +85,10 @@ def test_rtdetr_contest_set_changes_attnkit_model_fields():
     assert model.backbone_widths == (32, 64, 128, 256) and model.backbone_stem_width == 32 and model.shared_values
     assert model.hidden_dim == 128 and train.train_scales == (320,)  # the rest is the preset's
     assert script.preset_at("small", 96)[0] == script.preset_at("small", 96, [])[0]
+    # each RT-DETR kind's own recipe; the backbone's lr is the rest's unless given (a contest records it resolved)
+    assert script.contest_settings(script.parse_args(["train", "--rtdetr", "r18vd"]))["backbone_lr"] == 1e-4
+    assert script.contest_settings(script.parse_args(["train", "--rtdetr", "r18vd", "dfine"]))["backbone_lr"] is None
+    assert script.RECIPES["dfine"].lr == 2.5e-4 and script.RECIPES["r18vd"].warmup_steps == 2000
 
 
 def test_rtdetr_contest_saved_after_a_point_goes_on_where_each_arm_was(tmp_path, capsys):
