@@ -364,7 +364,7 @@ def parameters(model: nn.Module) -> int:
 
 
 def build_arms(args) -> tuple:
-    """attnkit's preset and the RT-DETR on the same data, each with its recipe and clock: (config, amp, arms)."""
+    """attnkit's preset and each --rtdetr kind on the same data, each with its recipe and clock: (config, amp, arms)."""
     from attnkit.detection.config import DetectionConfig
     from attnkit.training.precision import resolve_amp
 
@@ -389,7 +389,7 @@ def build_arms(args) -> tuple:
 
 
 def contest(args) -> dict:
-    """Both arms, alternating in chunks; AP of each every --eval-every minutes of its own training time."""
+    """All arms, alternating in chunks; AP of each every --eval-every minutes of its own training time."""
     saved = contest_state_path(args)
     if not args.resume and saved.exists():  # never overwritten by a new contest
         print(f"error: {saved} holds a contest with these settings, cut at {load_contest_minutes(saved)} budget "
