@@ -104,6 +104,7 @@ def test_rtdetr_contest_saved_after_a_point_goes_on_where_each_arm_was(tmp_path,
     spec.loader.exec_module(script)
     args = script.parse_args(["train", "--quick", "--rtdetr", "shrunk", "--out", str(tmp_path)])
     config, amp, arms = script.build_arms(args)
+    assert arms[1].base == [1e-4] * 3 and arms[1].ema.warmups == 2000  # the shrunk RT-DETR's recipe, R18-vd's
     for arm in arms:
         arm.train_for(1.0)
         arm.points.append({"minutes": 0.02, "steps": arm.steps, "AP": 0.5, "AP_raw": 0.5, "AP_ema": 0.4})
