@@ -126,6 +126,7 @@ class FastDetrConfig(DetrConfig):
     # the decoder's memory, the encoder's fixed levels (variants.shared_values; needs deformable_attention)
     box_refinement: bool = True  # anchor-box queries, refined by every decoder layer
     focal_loss: bool = True  # sigmoid focal classification loss and matching cost (weights: train.focal_*)
+    iou_aware: bool = False  # the class target is the matched box's IoU: varifocal loss (RT-DETR's; needs focal_loss)
     query_groups: int = 3  # query groups trained one-to-one each (Group DETR); 1 = off
     two_stage: bool = True  # the decoder starts from the best encoder proposals (needs box_refinement)
     denoising_groups: int = 0  # groups of noised ground-truth queries to rebuild in training (measured: no gain here)
@@ -153,6 +154,9 @@ class FastDetrConfig(DetrConfig):
         if self.two_stage and not self.box_refinement:
             raise ConfigError("two_stage starts the decoder from proposed boxes and needs box_refinement; "
                               "set both to false to ablate refinement")
+        if self.iou_aware and not self.focal_loss:
+            raise ConfigError("iou_aware trains sigmoid class scores towards IoUs and needs focal_loss; "
+                              "set iou_aware to false to ablate the focal loss")
         if self.denoising_groups < 0:
             raise ConfigError(f"denoising_groups must be 0 (off) or more, got {self.denoising_groups}")
         if self.denoising_groups and not self.box_refinement:

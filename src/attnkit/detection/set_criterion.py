@@ -130,13 +130,14 @@ class SetCriterion(nn.Module):
         every = list(targets) * sets  # the targets of each (set, image) pair
         batch_index, query_index = _flat_indices(matches)
         index = MatchIndex(batch_index, query_index, batch_index // len(targets), sets)
-        return {**self.classification_terms(scores, every, matches, index, num_boxes),
+        return {**self.classification_terms(scores, boxes, every, matches, index, num_boxes),
                 **box_terms(boxes, every, matches, index, num_boxes)}
 
-    def classification_terms(self, logits: Tensor, targets: Sequence[dict[str, Tensor]], matches: Sequence[Match],
-                             index: MatchIndex, num_boxes: float) -> dict[str, Tensor]:
+    def classification_terms(self, logits: Tensor, boxes: Tensor, targets: Sequence[dict[str, Tensor]],
+                             matches: Sequence[Match], index: MatchIndex, num_boxes: float) -> dict[str, Tensor]:
         """Per set: the weighted cross-entropy ("no object" for unmatched queries; the weighted mean over the
-        set's queries) and the matched queries' class error. logits: (sets * batch, queries, classes + 1)."""
+        set's queries) and the matched queries' class error. logits: (sets * batch, queries, classes + 1); the
+        BOXES (sets * batch, queries, 4) are for IoU-aware classifications (variants.varifocal_loss)."""
         batch_index, query_index = index.batch, index.query
         target_classes = torch.full(logits.shape[:2], self.num_classes, dtype=torch.int64, device=logits.device)
         matched_labels = matched_targets(targets, matches, "labels").to(logits.device)

@@ -8,6 +8,7 @@
     h_d      = DecoderLayer_d(h_{d-1}, MLP(sine(boxes_{d-1})), memory sampled around boxes_{d-1})
     boxes_d  = sigmoid(Delta_d(h_d) + sigmoid^-1(boxes_{d-1}))
     classes  = sigmoid(Linear(h_d))                     focal_loss
+    training: classes towards the boxes' IoUs            varifocal_loss (iou_aware; off by default)
     training: G query groups, each matched one-to-one  query_groups; inference: the first group
     boxes_0  = the best encoder proposals, instead      query_selection (two-stage)
     training: + noised copies of the targets to rebuild  denoising_queries (DN-DETR / DINO)
@@ -56,6 +57,7 @@ from attnkit.detection.variants.multi_scale_features import FlatLevels, LevelPro
 from attnkit.detection.variants.query_groups import group_attention_mask, group_losses, split_groups
 from attnkit.detection.variants.query_selection import EncoderProposals, proposal_losses
 from attnkit.detection.variants.shared_values import SharedValues
+from attnkit.detection.variants.varifocal_loss import build_varifocal_criterion
 from attnkit.nn import PositionEmbeddingSine2D, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder
 
 
@@ -257,6 +259,9 @@ def build_fast_detr(config: FastDetrConfig, backbone_weights: Path | None = None
 
 
 def build_fast_criterion(config: FastDetrConfig, train: DetectionTrainConfig) -> FastCriterion:
-    """The loss the config's techniques need, with the training config's weights: the focal set criterion or
-    DETR's, over the query groups, the proposals and the denoising queries that the model returns."""
+    """The loss the config's techniques need, with the training config's weights: the focal set criterion (the
+    varifocal one with `iou_aware`) or DETR's, over the query groups, the proposals and the denoising queries
+    that the model returns."""
+    if config.iou_aware:  # needs focal_loss
+        return FastCriterion(build_varifocal_criterion(config, train))
     return FastCriterion((build_focal_criterion if config.focal_loss else build_set_criterion)(config, train))

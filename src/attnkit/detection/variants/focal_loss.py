@@ -94,8 +94,8 @@ class FocalSetCriterion(SetCriterion):
         return hungarian_match(scores, boxes, targets, self.cost,
                                partial(focal_cost_matrix, alpha=self.alpha, gamma=self.gamma))
 
-    def classification_terms(self, logits: Tensor, targets: Sequence[dict[str, Tensor]], matches: Sequence[Match],
-                             index: MatchIndex, num_boxes: float) -> dict[str, Tensor]:
+    def classification_terms(self, logits: Tensor, boxes: Tensor, targets: Sequence[dict[str, Tensor]],
+                             matches: Sequence[Match], index: MatchIndex, num_boxes: float) -> dict[str, Tensor]:
         """Per set: FL summed over every (query, class) pair, divided by the batch's number of target boxes."""
         logits = logits.float()  # (sets * batch, queries, classes)
         matched_labels = matched_targets(targets, matches, "labels").to(logits.device)

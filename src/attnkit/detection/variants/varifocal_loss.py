@@ -1,0 +1,72 @@
+"""IoU-aware classification: the varifocal loss (Zhang et al. 2021, VarifocalNet, Eq. 2), as RT-DETR trains it
+(Zhao et al. 2024, section 4.3).
+
+The focal loss trains a matched query's class towards 1 whatever its box, so a query's score says
+"an object is here" but not "my box fits it", and AP, which ranks detections by score, pays for the
+loose boxes ranked first. The varifocal loss trains the matched query's class towards q, the IoU of
+its predicted box with its target (detached), and down-weights the negatives as the focal loss does:
+
+    VFL(p, q) = -q (q log p + (1 - q) log(1 - p))     if q > 0   (the matched query's class)
+              = -alpha p^gamma log(1 - p)               otherwise  alpha = 0.75, gamma = 2
+
+summed over every (query, class) pair and divided by the batch's number of target boxes, weight 1
+against the boxes' 5 and 2 (RT-DETR's `loss_vfl`). Matching keeps the focal cost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torchvision.ops import box_convert, box_iou
+
+from attnkit.detection.config import DetectionTrainConfig, DetrConfig
+from attnkit.detection.hungarian_matcher import Match
+from attnkit.detection.set_criterion import MatchIndex, class_error, matched_targets
+from attnkit.detection.variants.focal_loss import FocalSetCriterion, build_focal_criterion
+
+ALPHA, GAMMA, WEIGHT = 0.75, 2.0, 1.0  # RT-DETR's (rtdetr_r18vd_6x_coco.yml: alpha, gamma, loss_vfl)
+
+
+def varifocal_loss(logits: Tensor, positive: Tensor, scores: Tensor, alpha: float = ALPHA,
+                   gamma: float = GAMMA) -> Tensor:
+    """Elementwise VFL of LOGITS, the {0, 1} POSITIVE pairs (each matched query's class) and their target
+    SCORES q (IoUs; 0 elsewhere), all of one shape. A positive whose box misses (q = 0) weighs nothing."""
+    weight = alpha * logits.detach().sigmoid().pow(gamma) * (1 - positive) + scores
+    return F.binary_cross_entropy_with_logits(logits, scores, weight=weight, reduction="none")
+
+
+@torch.no_grad()
+def matched_iou(boxes: Tensor, targets: Sequence[dict[str, Tensor]], matches: Sequence[Match],
+                index: MatchIndex) -> Tensor:
+    """(matches,) IoU of each matched query's box with its target's. boxes: (sets * batch, queries, 4) cx, cy, w, h."""
+    matched = box_convert(boxes[index.batch, index.query].float(), "cxcywh", "xyxy")  # (matches, 4)
+    target = box_convert(matched_targets(targets, matches, "boxes").to(matched), "cxcywh", "xyxy")
+    return box_iou(matched, target).diagonal() if len(matched) else matched.new_zeros(0)
+
+
+class VarifocalSetCriterion(FocalSetCriterion):
+    """The focal set criterion whose classification term is the varifocal loss (its alpha and gamma are the
+    focal matching cost's)."""
+
+    def classification_terms(self, logits: Tensor, boxes: Tensor, targets: Sequence[dict[str, Tensor]],
+                             matches: Sequence[Match], index: MatchIndex, num_boxes: float) -> dict[str, Tensor]:
+        """Per set: VFL summed over every (query, class) pair, divided by the batch's number of target boxes."""
+        logits = logits.float()  # (sets * batch, queries, classes)
+        matched_labels = matched_targets(targets, matches, "labels").to(logits.device)
+        positive, scores = torch.zeros_like(logits), torch.zeros_like(logits)
+        positive[index.batch, index.query, matched_labels] = 1.0
+        scores[index.batch, index.query, matched_labels] = matched_iou(boxes, targets, matches, index)
+        loss = varifocal_loss(logits, positive, scores).view(index.sets, -1).sum(1) / num_boxes
+        return {"loss_ce": loss, "class_error": class_error(logits[index.batch, index.query], matched_labels, index)}
+
+
+def build_varifocal_criterion(config: DetrConfig, train: DetectionTrainConfig) -> VarifocalSetCriterion:
+    """The focal set criterion's matching and box weights, with the varifocal classification term at RT-DETR's
+    weight."""
+    focal = build_focal_criterion(config, train)
+    return VarifocalSetCriterion(focal.num_classes, focal.cost, replace(focal.weights, ce=WEIGHT),
+                                 focal.alpha, focal.gamma)
