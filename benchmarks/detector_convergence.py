@@ -19,6 +19,8 @@ fields of `DetrConfig` differ:
     fast-encoder-c5      the encoder updates C5 alone instead of C4 and C5
     fast-c5              the ResNet runs to C5 (layer4) as DETR's, instead of stopping after C4
                          and making the stride-32 level by a 3x3 stride-2 convolution of C4
+    fast-denoising       fast with 3 groups of denoising queries (DN-DETR, DINO)
+    fast-no-iou-aware    the focal loss's class targets (1) instead of the boxes' IoUs (varifocal)
 
 Datasets: `shapes` (built in: 5 filled shape classes, 0-4 objects, 128 px square images) and
 `marks`, written here in COCO layout and read like any user dataset: 4 other object kinds (rings,
@@ -64,6 +66,7 @@ VARIANTS = {
     "fast-no-focal": ["model.arch=fast", "model.focal_loss=false"],
     "fast-no-groups": ["model.arch=fast", "model.query_groups=1"],
     "fast-denoising": ["model.arch=fast", "model.denoising_groups=3"],  # measured, not adopted
+    "fast-no-iou-aware": ["model.arch=fast", "model.iou_aware=false"],
 }
 MARKS = ("ring", "cross", "bar", "dot")
 
@@ -264,6 +267,7 @@ def main() -> None:
     parser.add_argument("--speed-images", type=int, default=30)
     parser.add_argument("--speed-sizes", nargs="*", type=int, default=[192, 384],
                         help="larger image sizes also timed, at batch 1")
+    parser.add_argument("--seed", type=int, default=0, help="every run's train.seed (the preset's: 0)")
     parser.add_argument("--quick", action="store_true", help="check the script: small data, 0.4 minutes per run")
     args = parser.parse_args()
     from attnkit.detection.shapes import ShapesConfig
@@ -285,7 +289,8 @@ def main() -> None:
         for variant in variants:
             run = args.out / dataset / variant
             print(f"\n== {dataset}: {variant} ({' '.join(VARIANTS[variant])})", flush=True)
-            train_variant(run, data, VARIANTS[variant], args.minutes, args.eval_every, shapes)
+            train_variant(run, data, [*VARIANTS[variant], f"train.seed={args.seed}"], args.minutes, args.eval_every,
+                          shapes)
             records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
             curves[variant], finals[variant] = curve_points(records), final_ap(run, data, shapes)
             print(f"{variant}: {curves[variant]}\n  final {finals[variant]}", flush=True)

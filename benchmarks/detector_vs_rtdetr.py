@@ -363,8 +363,9 @@ def parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def build_arms(args) -> tuple:
-    """attnkit's preset and each --rtdetr kind on the same data, each with its recipe and clock: (config, amp, arms)."""
+def build_arms(args, saved_config: dict | None = None) -> tuple:
+    """attnkit's preset and each --rtdetr kind on the same data, each with its recipe and clock: (config, amp, arms).
+    SAVED_CONFIG: the attnkit config of the contest this one goes on with (its defaults, whatever they are now)."""
     from attnkit.detection.config import DetectionConfig
     from attnkit.training.precision import resolve_amp
 
@@ -375,6 +376,8 @@ def build_arms(args) -> tuple:
     classes = train_set.coco.num_classes
     changes = {"num_classes": classes, **({"num_queries": args.queries} if args.queries else {})}
     config = DetectionConfig(replace(model_config, **changes), train_config, preset=args.preset)
+    if saved_config is not None:
+        config = DetectionConfig.from_dict(saved_config)
     amp = resolve_amp(train_config.amp, torch.device("cpu")) == "bf16"
     budget_s = 60 * args.minutes
     arms: list[Arm] = [AttnkitArm(config, train_set, val_set, budget_s, amp),
@@ -395,9 +398,10 @@ def contest(args) -> dict:
         print(f"error: {saved} holds a contest with these settings, cut at {load_contest_minutes(saved)} budget "
               "minutes; --resume goes on with it (or delete the file to start over)", file=sys.stderr)
         sys.exit(2)
-    config, amp, arms = build_arms(args)
+    state = load_contest(args, saved) if args.resume else None
+    config, amp, arms = build_arms(args, state["attnkit_config"] if state else None)
     budget_s = arms[0].budget_s
-    turn, resumed = resume_contest(args, saved, arms) if args.resume else (0, [])
+    turn, resumed = restore_contest(state, saved, arms) if state else (0, [])
     every_s = 60 * args.eval_every
     partial = args.out / f"partial_{contest_name(args)}_{os.getpid()}.json"
     print(f"points so far: {partial}", file=sys.stderr)
@@ -413,7 +417,7 @@ def contest(args) -> dict:
             arm.points.append(point)
             print(f"{time.strftime('%H:%M:%S')} {arm.name}: {json.dumps(point)}", file=sys.stderr)
             partial.write_text(json.dumps(contest_result(args, config, amp, arms, resumed)) + "\n")  # kept if cut
-            save_contest(saved, args, turn, arms, resumed, partial.name)  # and can go on (--resume)
+            save_contest(saved, args, config, turn, arms, resumed, partial.name)  # and can go on (--resume)
     result = contest_result(args, config, amp, arms, resumed)
     # done: the points so far and the saved contest, those of the runs it went on from (all in the result), and
     # the states a killed run left half-written
@@ -445,22 +449,22 @@ def contest_name(args) -> str:
     return f"{args.dataset}_{args.size}_{args.preset}_{'+'.join(args.rtdetr)}"
 
 
-def save_contest(path: Path, args, turn: int, arms: list[Arm], resumed: list[dict], points: str = "") -> None:
-    """Everything the contest needs to go on (`resume_contest`), written without pickle, atomically; POINTS: the
-    file in --out where this run writes its points so far."""
+def save_contest(path: Path, args, config, turn: int, arms: list[Arm], resumed: list[dict], points: str = "") -> None:
+    """Everything the contest needs to go on (`restore_contest`), written without pickle, atomically: attnkit's
+    CONFIG too, so that a default changed since does not change a contest half-way; POINTS: the file in --out
+    where this run writes its points so far."""
     from attnkit.storage.checkpoint import save_training_state
     from attnkit.training.rng import capture_rng
 
-    save_training_state(path, {"settings": contest_settings(args), "turn": turn,
+    save_training_state(path, {"settings": contest_settings(args), "attnkit_config": config.to_dict(), "turn": turn,
                                "resumed": resumed, "points": points, "rng": capture_rng(),
                                "arms": {arm.name: arm.state() for arm in arms}})
 
 
-def resume_contest(args, path: Path, arms: list[Arm]) -> tuple[int, list[dict]]:
-    """Each arm back where the saved contest left it; the next turn and the resumptions so far (this one added).
-    Exits with a message (status 2) if there is nothing to resume or it was run with other settings."""
+def load_contest(args, path: Path) -> dict:
+    """The contest saved at PATH. Exits with a message (status 2) if there is none, it was run with other settings
+    or it predates the saved attnkit config."""
     from attnkit.storage.checkpoint import load_training_state
-    from attnkit.training.rng import restore_rng
 
     if not path.exists():
         print(f"error: --resume: no contest saved as {path}", file=sys.stderr)
@@ -472,6 +476,18 @@ def resume_contest(args, path: Path, arms: list[Arm]) -> tuple[int, list[dict]]:
     if differ:
         print(f"error: --resume: {path} was run with other settings (saved, now): {differ}", file=sys.stderr)
         sys.exit(2)
+    if "attnkit_config" not in state:
+        print(f"error: --resume: {path} was saved without attnkit's config (an older version of this script)",
+              file=sys.stderr)
+        sys.exit(2)
+    return state
+
+
+def restore_contest(state: dict, path: Path, arms: list[Arm]) -> tuple[int, list[dict]]:
+    """Each arm back where the saved contest STATE left it; the next turn and the resumptions so far (this one
+    added)."""
+    from attnkit.training.rng import restore_rng
+
     for arm in arms:
         arm.restore(state["arms"][arm.name])
     restore_rng(state["rng"])  # last: nothing above may draw from the restored generators

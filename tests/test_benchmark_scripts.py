@@ -92,8 +92,9 @@ def test_rtdetr_contest_set_changes_attnkit_model_fields():
 
 
 def test_rtdetr_contest_saved_after_a_point_goes_on_where_each_arm_was(tmp_path, capsys):
-    """detector_vs_rtdetr.py --resume: both arms' weights, moments, EMA, clocks and batches come back as saved;
-    a contest with other settings is refused, and a saved one is never started over without --resume."""
+    """detector_vs_rtdetr.py --resume: both arms' weights, moments, EMA, clocks and batches come back as saved,
+    attnkit's from its saved config; a contest with other settings (or none saved) is refused, and a saved one is
+    never started over without --resume."""
     import importlib.util
 
     import pytest
@@ -112,12 +113,17 @@ def test_rtdetr_contest_saved_after_a_point_goes_on_where_each_arm_was(tmp_path,
     assert "| attnkit AP (steps) | shrunk AP (raw / EMA; steps) | ratio |" in table[2]
     assert table[-1] == f"| 0.0 | 0.500 ({arms[0].steps}) | 0.500 (0.500 / 0.400; {arms[1].steps}) | 1.0x |"
     path = script.contest_state_path(args)
-    script.save_contest(path, args, 3, arms, [])
+    script.save_contest(path, args, config, 3, arms, [])
     assert script.load_contest_minutes(path) == {arm.name: round(arm.spent / 60, 2) for arm in arms}
 
-    _, _, again = script.build_arms(args)  # the same seeds: the weights as they were before training
     args.resume = True
-    turn, resumed = script.resume_contest(args, path, again)
+    state = script.load_contest(args, path)
+    assert state["attnkit_config"] == config.to_dict()
+    changed = {**config.to_dict(), "model": {**config.to_dict()["model"], "iou_aware": not config.model.iou_aware}}
+    assert script.build_arms(args, changed)[0].model.iou_aware != config.model.iou_aware  # the saved config rules
+    again_config, _, again = script.build_arms(args, state["attnkit_config"])  # the same seeds: untrained weights
+    assert again_config == config
+    turn, resumed = script.restore_contest(state, path, again)
     assert turn == 3 and len(resumed) == 1 and set(resumed[0]["minutes"]) == {"attnkit", "shrunk"}
     for old, new in zip(arms, again):
         assert new.steps == old.steps > 0 and new.spent == old.spent and new.epoch == old.epoch
@@ -134,8 +140,15 @@ def test_rtdetr_contest_saved_after_a_point_goes_on_where_each_arm_was(tmp_path,
                                "--chunk", "7"])
     other.chunk = 7.0  # --quick sets the chunk; a resumed contest must keep the saved one
     with pytest.raises(SystemExit) as refused:
-        script.resume_contest(other, path, again)
+        script.load_contest(other, path)
     assert refused.value.code == 2 and "chunk" in capsys.readouterr().err
+    from attnkit.storage.checkpoint import save_training_state
+
+    older = tmp_path / "older.safetensors"  # saved before the state held attnkit's config
+    save_training_state(older, {k: v for k, v in state.items() if k != "attnkit_config"})
+    with pytest.raises(SystemExit) as refused:
+        script.load_contest(args, older)
+    assert refused.value.code == 2 and "attnkit's config" in capsys.readouterr().err
     args.resume = False
     with pytest.raises(SystemExit) as kept:
         script.contest(args)

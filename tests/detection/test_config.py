@@ -107,7 +107,8 @@ def test_an_old_fast_run_loads_with_the_settings_it_trained_with():
     assert type(model) is FastDetrConfig and model.arch == "fast"
     assert model == FastDetrConfig(num_classes=5, backbone="resnet18", hidden_dim=128, enc_layers=2, dec_layers=2,
                                    dim_feedforward=512, dropout=0.0, num_queries=15, last_stage=5,
-                                   encoder_levels=2, two_stage=False, denoising_groups=0)  # lite: all but C3
+                                   encoder_levels=2, two_stage=False, denoising_groups=0,
+                                   iou_aware=False)  # lite: all but C3; the focal loss it trained with
     train = config.train
     assert train.lr_drop == 1.0 and train.cost_class == 1.5
     assert (train.focal_cost_class, train.focal_loss_coef) == (3.0, 2.0)  # FOCAL_WEIGHT (2) x cost_class, ce_loss_coef

@@ -126,7 +126,7 @@ class FastDetrConfig(DetrConfig):
     # the decoder's memory, the encoder's fixed levels (variants.shared_values; needs deformable_attention)
     box_refinement: bool = True  # anchor-box queries, refined by every decoder layer
     focal_loss: bool = True  # sigmoid focal classification loss and matching cost (weights: train.focal_*)
-    iou_aware: bool = False  # the class target is the matched box's IoU: varifocal loss (RT-DETR's; needs focal_loss)
+    iou_aware: bool = True  # with focal_loss: the class target is the matched box's IoU (varifocal loss, RT-DETR's)
     query_groups: int = 3  # query groups trained one-to-one each (Group DETR); 1 = off
     two_stage: bool = True  # the decoder starts from the best encoder proposals (needs box_refinement)
     denoising_groups: int = 0  # groups of noised ground-truth queries to rebuild in training (measured: no gain here)
@@ -154,9 +154,6 @@ class FastDetrConfig(DetrConfig):
         if self.two_stage and not self.box_refinement:
             raise ConfigError("two_stage starts the decoder from proposed boxes and needs box_refinement; "
                               "set both to false to ablate refinement")
-        if self.iou_aware and not self.focal_loss:
-            raise ConfigError("iou_aware trains sigmoid class scores towards IoUs and needs focal_loss; "
-                              "set iou_aware to false to ablate the focal loss")
         if self.denoising_groups < 0:
             raise ConfigError(f"denoising_groups must be 0 (off) or more, got {self.denoising_groups}")
         if self.denoising_groups and not self.box_refinement:
@@ -187,15 +184,15 @@ def model_from_dict(values: dict[str, Any]) -> DetrConfig:
     """The model config saved as VALUES (config.json's "model": its arch and fields), older forms included.
 
     Older runs saved every technique field whatever the arch (DETR's are dropped), and lack those added
-    since (`two_stage` and `denoising_groups` off; `encoder_levels`: every level, or all but C3 where
-    they had `lite_encoder`)."""
+    since (`two_stage`, `denoising_groups`, `shared_values` and `iou_aware` off; `encoder_levels`: every level,
+    or all but C3 where they had `lite_encoder`)."""
     values = dict(values)
     arch = values.pop("arch", "detr")
     if arch not in MODEL_CONFIGS:
         raise ConfigError(f"unknown detector architecture {arch!r}; choose one of {', '.join(MODEL_CONFIGS)}")
     if MODEL_CONFIGS[arch] is DetrConfig:
         return DetrConfig(**{k: v for k, v in values.items() if k not in _TECHNIQUE_FIELDS})
-    values = {"two_stage": False, "denoising_groups": 0, "shared_values": False, **values}
+    values = {"two_stage": False, "denoising_groups": 0, "shared_values": False, "iou_aware": False, **values}
     if "encoder_levels" not in values:
         levels = values.get("feature_levels", 3)
         values["encoder_levels"] = max(levels - 1, 1) if values.pop("lite_encoder", False) else levels

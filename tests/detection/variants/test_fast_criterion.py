@@ -64,7 +64,7 @@ def _output(focal: bool, groups: int, two_stage: bool, denoising: bool) -> FastD
 @pytest.mark.parametrize("case", sorted(RECORDED), ids=lambda c: "focal={},groups={},two_stage={},dn={}".format(*c))
 def test_the_default_weights_give_the_losses_recorded_before_they_were_config_fields(case):
     focal = case[0]
-    criterion = build_fast_criterion(FastDetrConfig(num_classes=3, focal_loss=focal), DetectionTrainConfig())
+    criterion = build_fast_criterion(FastDetrConfig(num_classes=3, focal_loss=focal, iou_aware=False), DetectionTrainConfig())
     losses = criterion(_output(*case), _targets())
     for name, value in RECORDED[case].items():
         assert_close(losses[name], torch.tensor(value), msg=name)
@@ -72,11 +72,11 @@ def test_the_default_weights_give_the_losses_recorded_before_they_were_config_fi
 
 def test_the_focal_weights_reach_the_loss_and_the_matching_cost():
     train = DetectionTrainConfig(focal_cost_class=3.0, focal_loss_coef=4.0, focal_alpha=0.4, focal_gamma=1.5)
-    criterion = build_fast_criterion(FastDetrConfig(num_classes=3), train).criterion
+    criterion = build_fast_criterion(FastDetrConfig(num_classes=3, iou_aware=False), train).criterion
     assert isinstance(criterion, FocalSetCriterion) and (criterion.alpha, criterion.gamma) == (0.4, 1.5)
     assert criterion.cost == MatchCost(3.0, 5.0, 2.0) and (criterion.weights.ce, criterion.weights.l1) == (4.0, 5.0)
     output = _output(True, 1, False, False)
-    losses = build_fast_criterion(FastDetrConfig(num_classes=3), train)(output, _targets())
+    losses = build_fast_criterion(FastDetrConfig(num_classes=3, iou_aware=False), train)(output, _targets())
     # the reference: the focal cost's matching, then torchvision's focal loss over every (query, class) pair
     cost = lambda *args: focal_cost_matrix(*args, alpha=0.4, gamma=1.5)  # noqa: E731
     matches = hungarian_match(output.class_logits, output.boxes, _targets(), MatchCost(3.0, 5.0, 2.0), cost)
@@ -91,7 +91,7 @@ def test_the_focal_weights_reach_the_loss_and_the_matching_cost():
 
 
 def test_the_proposals_count_with_the_first_group_and_the_denoising_queries_are_added():
-    criterion = build_fast_criterion(FastDetrConfig(num_classes=3), DetectionTrainConfig())
+    criterion = build_fast_criterion(FastDetrConfig(num_classes=3, iou_aware=False), DetectionTrainConfig())
     full = criterion(_output(True, 3, True, True), _targets())
     without_dn = criterion(_output(True, 3, True, False), _targets())
     groups_only = criterion(_output(True, 3, False, False), _targets())

@@ -8,10 +8,10 @@ from torch.testing import assert_close
 
 from attnkit.detection.config import DetectionTrainConfig, FastDetrConfig
 from attnkit.detection.hungarian_matcher import Match
+from attnkit.detection.set_criterion import SetCriterion
 from attnkit.detection.variants.fast_detr import build_fast_criterion
 from attnkit.detection.variants.focal_loss import FocalSetCriterion
 from attnkit.detection.variants.varifocal_loss import VarifocalSetCriterion, varifocal_loss
-from attnkit.errors import ConfigError
 
 
 def _targets():
@@ -73,7 +73,7 @@ def test_fast_criterion_weights_it_as_rt_detr_and_keeps_the_focal_matching():
     criterion = _criterion()
     assert criterion.weights.ce == 1.0 and criterion.weights.l1 == 5.0 and criterion.weights.giou == 2.0
     assert (criterion.alpha, criterion.gamma) == (0.25, 2.0)  # the matching cost's, as RT-DETR's matcher
-    focal = build_fast_criterion(FastDetrConfig(num_classes=3), DetectionTrainConfig()).criterion
-    assert type(focal) is FocalSetCriterion  # off by default
-    with pytest.raises(ConfigError, match="iou_aware.*focal_loss"):
-        FastDetrConfig(num_classes=3, iou_aware=True, focal_loss=False)
+    focal = build_fast_criterion(FastDetrConfig(num_classes=3, iou_aware=False), DetectionTrainConfig()).criterion
+    assert type(focal) is FocalSetCriterion
+    softmax = build_fast_criterion(FastDetrConfig(num_classes=3, focal_loss=False), DetectionTrainConfig()).criterion
+    assert type(softmax) is SetCriterion  # IoU-aware classification is the sigmoid classifier's

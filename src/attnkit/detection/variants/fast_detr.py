@@ -8,14 +8,14 @@
     h_d      = DecoderLayer_d(h_{d-1}, MLP(sine(boxes_{d-1})), memory sampled around boxes_{d-1})
     boxes_d  = sigmoid(Delta_d(h_d) + sigmoid^-1(boxes_{d-1}))
     classes  = sigmoid(Linear(h_d))                     focal_loss
-    training: classes towards the boxes' IoUs            varifocal_loss (iou_aware; off by default)
+    training: classes towards the boxes' IoUs            varifocal_loss (iou_aware)
     training: G query groups, each matched one-to-one  query_groups; inference: the first group
     boxes_0  = the best encoder proposals, instead      query_selection (two-stage)
     training: + noised copies of the targets to rebuild  denoising_queries (DN-DETR / DINO)
 
 Each technique is one module, switched off by one `FastDetrConfig` field (`feature_levels=1`, `last_stage=5`,
-`deformable_attention`, `encoder_levels=3`, `box_refinement`, `focal_loss`, `query_groups=1`, `two_stage`,
-`denoising_groups=0`); with all of them off this model computes DETR (`attnkit.detection.detr`)
+`deformable_attention`, `encoder_levels=3`, `box_refinement`, `focal_loss` and `iou_aware`, `query_groups=1`,
+`two_stage`, `denoising_groups=0`); with all of them off this model computes DETR (`attnkit.detection.detr`)
 exactly, from the same building blocks. Its output is the shared `DetectionOutput` (`logits` in
 DETR's classes + 1 form, `boxes`, `aux`; `class_logits`, the sigmoid form, with the focal loss),
 so the matcher, post-processing, evaluation and CLI serve it as is; in training a `FastDetrOutput`
@@ -262,6 +262,6 @@ def build_fast_criterion(config: FastDetrConfig, train: DetectionTrainConfig) ->
     """The loss the config's techniques need, with the training config's weights: the focal set criterion (the
     varifocal one with `iou_aware`) or DETR's, over the query groups, the proposals and the denoising queries
     that the model returns."""
-    if config.iou_aware:  # needs focal_loss
+    if config.focal_loss and config.iou_aware:
         return FastCriterion(build_varifocal_criterion(config, train))
     return FastCriterion((build_focal_criterion if config.focal_loss else build_set_criterion)(config, train))
