@@ -64,7 +64,8 @@ def _output(focal: bool, groups: int, two_stage: bool, denoising: bool) -> FastD
 @pytest.mark.parametrize("case", sorted(RECORDED), ids=lambda c: "focal={},groups={},two_stage={},dn={}".format(*c))
 def test_the_default_weights_give_the_losses_recorded_before_they_were_config_fields(case):
     focal = case[0]
-    criterion = build_fast_criterion(FastDetrConfig(num_classes=3, focal_loss=focal, iou_aware=False), DetectionTrainConfig())
+    config = FastDetrConfig(num_classes=3, focal_loss=focal, iou_aware=False)  # recorded with the focal loss
+    criterion = build_fast_criterion(config, DetectionTrainConfig())
     losses = criterion(_output(*case), _targets())
     for name, value in RECORDED[case].items():
         assert_close(losses[name], torch.tensor(value), msg=name)
