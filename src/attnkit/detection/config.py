@@ -222,7 +222,7 @@ class DetectionTrainConfig:
     eos_coef: float = 0.1  # weight of the "no object" class
     # with model.focal_loss, in place of cost_class and ce_loss_coef (Zhu et al. 2021: set_cost_class, cls_loss_coef)
     focal_cost_class: float = 2.0
-    focal_loss_coef: float = 2.0
+    focal_loss_coef: float = 2.0  # with model.iou_aware off; the varifocal loss weighs 1 (RT-DETR's loss_vfl)
     focal_alpha: float = 0.25  # FL's alpha and gamma (Lin et al. 2017, Eq. 5), in the loss and the matching cost
     focal_gamma: float = 2.0
     seed: int = 0

@@ -6,11 +6,12 @@ The focal loss trains a matched query's class towards 1 whatever its box, so a q
 loose boxes ranked first. The varifocal loss trains the matched query's class towards q, the IoU of
 its predicted box with its target (detached), and down-weights the negatives as the focal loss does:
 
-    VFL(p, q) = -q (q log p + (1 - q) log(1 - p))     if q > 0   (the matched query's class)
-              = -alpha p^gamma log(1 - p)               otherwise  alpha = 0.75, gamma = 2
+    VFL(p, q) = -q (q log p + (1 - q) log(1 - p))     for a matched query's target class
+              = -alpha p^gamma log(1 - p)               for every other (query, class)  alpha = 0.75, gamma = 2
 
 summed over every (query, class) pair and divided by the batch's number of target boxes, weight 1
-against the boxes' 5 and 2 (RT-DETR's `loss_vfl`). Matching keeps the focal cost.
+against the boxes' 5 and 2 (RT-DETR's `loss_vfl`; it stands in for train.focal_loss_coef). Matching
+keeps the focal cost.
 """
 
 from __future__ import annotations
