@@ -371,13 +371,13 @@ def build_arms(args, saved_config: dict | None = None) -> tuple:
 
     torch.set_num_threads(args.threads)
     model_config, train_config = preset_at(args.preset, args.size, args.set)
+    saved = DetectionConfig.from_dict(saved_config) if saved_config is not None else None
+    train_config = saved.train if saved else train_config
     root = write_dataset(args.dataset, args.out / "data", args.quick)
     train_set, val_set = open_splits(root, train_config)
     classes = train_set.coco.num_classes
     changes = {"num_classes": classes, **({"num_queries": args.queries} if args.queries else {})}
-    config = DetectionConfig(replace(model_config, **changes), train_config, preset=args.preset)
-    if saved_config is not None:
-        config = DetectionConfig.from_dict(saved_config)
+    config = saved or DetectionConfig(replace(model_config, **changes), train_config, preset=args.preset)
     amp = resolve_amp(train_config.amp, torch.device("cpu")) == "bf16"
     budget_s = 60 * args.minutes
     arms: list[Arm] = [AttnkitArm(config, train_set, val_set, budget_s, amp),
