@@ -119,8 +119,11 @@ def test_rtdetr_contest_saved_after_a_point_goes_on_where_each_arm_was(tmp_path,
     args.resume = True
     state = script.load_contest(args, path)
     assert state["attnkit_config"] == config.to_dict()
-    changed = {**config.to_dict(), "model": {**config.to_dict()["model"], "iou_aware": not config.model.iou_aware}}
-    assert script.build_arms(args, changed)[0].model.iou_aware != config.model.iou_aware  # the saved config rules
+    changed = {**config.to_dict(), "model": {**config.to_dict()["model"], "iou_aware": not config.model.iou_aware},
+               "train": {**config.to_dict()["train"], "batch_size": config.train.batch_size + 1}}
+    rebuilt, _, rebuilt_arms = script.build_arms(args, changed)  # the saved config rules, whatever the preset says
+    assert rebuilt.model.iou_aware != config.model.iou_aware
+    assert [arm.batch_size for arm in rebuilt_arms] == [config.train.batch_size + 1] * 2  # both arms' batches
     again_config, _, again = script.build_arms(args, state["attnkit_config"])  # the same seeds: untrained weights
     assert again_config == config
     turn, resumed = script.restore_contest(state, path, again)

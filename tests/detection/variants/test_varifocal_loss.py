@@ -73,6 +73,8 @@ def test_fast_criterion_weights_it_as_rt_detr_and_keeps_the_focal_matching():
     criterion = _criterion()
     assert criterion.weights.ce == 1.0 and criterion.weights.l1 == 5.0 and criterion.weights.giou == 2.0
     assert (criterion.alpha, criterion.gamma) == (0.25, 2.0)  # the matching cost's, as RT-DETR's matcher
+    default = build_fast_criterion(FastDetrConfig(num_classes=3), DetectionTrainConfig()).criterion
+    assert type(default) is VarifocalSetCriterion  # on by default (measured: BENCHMARKS.md)
     focal = build_fast_criterion(FastDetrConfig(num_classes=3, iou_aware=False), DetectionTrainConfig()).criterion
     assert type(focal) is FocalSetCriterion
     softmax = build_fast_criterion(FastDetrConfig(num_classes=3, focal_loss=False), DetectionTrainConfig()).criterion

@@ -101,8 +101,13 @@ class FocalSetCriterion(SetCriterion):
         matched_labels = matched_targets(targets, matches, "labels").to(logits.device)
         onehot = torch.zeros_like(logits)
         onehot[index.batch, index.query, matched_labels] = 1.0
-        loss = sigmoid_focal_loss(logits, onehot, self.alpha, self.gamma).view(index.sets, -1).sum(1) / num_boxes
+        loss = self.pair_loss(logits, onehot, boxes, targets, matches, index).view(index.sets, -1).sum(1) / num_boxes
         return {"loss_ce": loss, "class_error": class_error(logits[index.batch, index.query], matched_labels, index)}
+
+    def pair_loss(self, logits: Tensor, onehot: Tensor, boxes: Tensor, targets: Sequence[dict[str, Tensor]],
+                  matches: Sequence[Match], index: MatchIndex) -> Tensor:
+        """The loss of every (query, class) pair of LOGITS, ONEHOT (1 at each matched query's class), same shape."""
+        return sigmoid_focal_loss(logits, onehot, self.alpha, self.gamma)
 
 
 def build_focal_criterion(config: DetrConfig, train: DetectionTrainConfig) -> FocalSetCriterion:

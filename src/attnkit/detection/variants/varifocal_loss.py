@@ -22,11 +22,11 @@ from dataclasses import replace
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torchvision.ops import box_convert, box_iou
+from torchvision.ops import box_area, box_convert
 
 from attnkit.detection.config import DetectionTrainConfig, DetrConfig
 from attnkit.detection.hungarian_matcher import Match
-from attnkit.detection.set_criterion import MatchIndex, class_error, matched_targets
+from attnkit.detection.set_criterion import MatchIndex, matched_targets
 from attnkit.detection.variants.focal_loss import FocalSetCriterion, build_focal_criterion
 
 ALPHA, GAMMA, WEIGHT = 0.75, 2.0, 1.0  # RT-DETR's (rtdetr_r18vd_6x_coco.yml: alpha, gamma, loss_vfl)
@@ -43,26 +43,25 @@ def varifocal_loss(logits: Tensor, positive: Tensor, scores: Tensor, alpha: floa
 @torch.no_grad()
 def matched_iou(boxes: Tensor, targets: Sequence[dict[str, Tensor]], matches: Sequence[Match],
                 index: MatchIndex) -> Tensor:
-    """(matches,) IoU of each matched query's box with its target's. boxes: (sets * batch, queries, 4) cx, cy, w, h."""
+    """(matches,) IoU of each matched query's box with its target's, pair by pair.
+    boxes: (sets * batch, queries, 4) normalised cx, cy, w, h."""
     matched = box_convert(boxes[index.batch, index.query].float(), "cxcywh", "xyxy")  # (matches, 4)
     target = box_convert(matched_targets(targets, matches, "boxes").to(matched), "cxcywh", "xyxy")
-    return box_iou(matched, target).diagonal() if len(matched) else matched.new_zeros(0)
+    corners = torch.min(matched[:, 2:], target[:, 2:]) - torch.max(matched[:, :2], target[:, :2])
+    inter = corners.clamp(min=0).prod(-1)  # (matches,)
+    return inter / (box_area(matched) + box_area(target) - inter)
 
 
 class VarifocalSetCriterion(FocalSetCriterion):
     """The focal set criterion whose classification term is the varifocal loss (its alpha and gamma are the
     focal matching cost's)."""
 
-    def classification_terms(self, logits: Tensor, boxes: Tensor, targets: Sequence[dict[str, Tensor]],
-                             matches: Sequence[Match], index: MatchIndex, num_boxes: float) -> dict[str, Tensor]:
-        """Per set: VFL summed over every (query, class) pair, divided by the batch's number of target boxes."""
-        logits = logits.float()  # (sets * batch, queries, classes)
-        matched_labels = matched_targets(targets, matches, "labels").to(logits.device)
-        positive, scores = torch.zeros_like(logits), torch.zeros_like(logits)
-        positive[index.batch, index.query, matched_labels] = 1.0
-        scores[index.batch, index.query, matched_labels] = matched_iou(boxes, targets, matches, index)
-        loss = varifocal_loss(logits, positive, scores).view(index.sets, -1).sum(1) / num_boxes
-        return {"loss_ce": loss, "class_error": class_error(logits[index.batch, index.query], matched_labels, index)}
+    def pair_loss(self, logits: Tensor, onehot: Tensor, boxes: Tensor, targets: Sequence[dict[str, Tensor]],
+                  matches: Sequence[Match], index: MatchIndex) -> Tensor:
+        """VFL of every (query, class) pair: each matched query's class towards its box's IoU, the rest towards 0."""
+        scores = onehot.clone()  # (sets * batch, queries, classes)
+        scores[index.batch, index.query] *= matched_iou(boxes, targets, matches, index)[:, None]
+        return varifocal_loss(logits, onehot, scores)
 
 
 def build_varifocal_criterion(config: DetrConfig, train: DetectionTrainConfig) -> VarifocalSetCriterion:
