@@ -21,6 +21,7 @@ fields of `DetrConfig` differ:
                          and making the stride-32 level by a 3x3 stride-2 convolution of C4
     fast-denoising       fast with 3 groups of denoising queries (DN-DETR, DINO)
     fast-no-iou-aware    the focal loss's class targets (1) instead of the boxes' IoUs (varifocal)
+    fast-distribution    fast with D-FINE's fine-grained distribution refinement of the boxes
 
 Datasets: `shapes` (built in: 5 filled shape classes, 0-4 objects, 128 px square images) and
 `marks`, written here in COCO layout and read like any user dataset: 4 other object kinds (rings,
@@ -67,6 +68,7 @@ VARIANTS = {
     "fast-no-groups": ["model.arch=fast", "model.query_groups=1"],
     "fast-denoising": ["model.arch=fast", "model.denoising_groups=3"],  # measured, not adopted
     "fast-no-iou-aware": ["model.arch=fast", "model.iou_aware=false"],
+    "fast-distribution": ["model.arch=fast", "model.distribution_refinement=true"],
 }
 MARKS = ("ring", "cross", "bar", "dot")
 

@@ -125,6 +125,8 @@ class FastDetrConfig(DetrConfig):
     shared_values: bool = False  # one value projection, computed once, of the keys that layers read unchanged:
     # the decoder's memory, the encoder's fixed levels (variants.shared_values; needs deformable_attention)
     box_refinement: bool = True  # anchor-box queries, refined by every decoder layer
+    distribution_refinement: bool = False  # the refinement as four edge distributions per layer (D-FINE's FDR,
+    # with its localization loss; needs box_refinement)
     focal_loss: bool = True  # sigmoid focal classification loss and matching cost (weights: train.focal_*)
     iou_aware: bool = True  # with focal_loss: the class target is the matched box's IoU (varifocal loss, RT-DETR's)
     query_groups: int = 3  # query groups trained one-to-one each (Group DETR); 1 = off
@@ -153,6 +155,9 @@ class FastDetrConfig(DetrConfig):
                               "deformable_attention; set shared_values to false to ablate deformable attention")
         if self.two_stage and not self.box_refinement:
             raise ConfigError("two_stage starts the decoder from proposed boxes and needs box_refinement; "
+                              "set both to false to ablate refinement")
+        if self.distribution_refinement and not self.box_refinement:
+            raise ConfigError("distribution_refinement refines anchor boxes and needs box_refinement; "
                               "set both to false to ablate refinement")
         if self.denoising_groups < 0:
             raise ConfigError(f"denoising_groups must be 0 (off) or more, got {self.denoising_groups}")

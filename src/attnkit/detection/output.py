@@ -25,11 +25,16 @@ class SetPrediction:
     logits: Tensor  # (batch, queries, classes + 1) softmax logits, the last is "no object"
     boxes: Tensor  # (batch, queries, 4) normalised cx, cy, w, h in [0, 1]
     class_logits: Tensor | None = None  # (batch, queries, classes) sigmoid logits (the focal loss); None otherwise
+    corners: Tensor | None = None  # (batch, queries, 4, bins + 1) edge distributions' logits (distribution refinement)
+    anchors: Tensor | None = None  # (batch, queries, 4) the boxes those edges are measured from
 
     def queries(self, start: int, stop: int | None = None) -> SetPrediction:
         """The predictions of queries START to STOP (exclusive; None: the last)."""
-        return SetPrediction(self.logits[:, start:stop], self.boxes[:, start:stop],
-                             None if self.class_logits is None else self.class_logits[:, start:stop])
+        def part(x: Tensor | None) -> Tensor | None:
+            return None if x is None else x[:, start:stop]
+
+        return SetPrediction(self.logits[:, start:stop], self.boxes[:, start:stop], part(self.class_logits),
+                             part(self.corners), part(self.anchors))
 
 
 @dataclass(frozen=True)
@@ -42,4 +47,5 @@ class DetectionOutput(SetPrediction):
         """The output of decoder LAYERS' predictions (first to last): the last, and the others when AUX.
         EXTRA: a subclass's own fields."""
         last = layers[-1]
-        return cls(last.logits, last.boxes, last.class_logits, list(layers[:-1]) if aux else [], **extra)
+        return cls(last.logits, last.boxes, last.class_logits, last.corners, last.anchors,
+                   list(layers[:-1]) if aux else [], **extra)

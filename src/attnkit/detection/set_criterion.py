@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 import torch.distributed as dist
@@ -63,6 +64,18 @@ class MatchIndex:
     sets: int
 
 
+class SetTerm(Protocol):
+    """A further loss term of sets of predictions under their matching, weighted into the total
+    (variants.distribution_refinement's localization loss)."""
+    name: str
+    weight: float
+
+    def __call__(self, sets: Sequence[SetPrediction], targets: Sequence[dict[str, Tensor]], matches: Sequence[Match],
+                 num_boxes: float) -> Tensor:
+        """(sets,): the term of each of SETS, MATCHES one per (set, image), set after set."""
+        ...
+
+
 class SetCriterion(nn.Module):
     """Hungarian matching, then the set loss on the final and every auxiliary decoder output.
 
@@ -76,6 +89,7 @@ class SetCriterion(nn.Module):
     def __init__(self, num_classes: int, cost: MatchCost = MatchCost(), weights: LossWeights = LossWeights()) -> None:
         super().__init__()
         self.num_classes, self.cost, self.weights = num_classes, cost, weights
+        self.extra_terms: tuple[SetTerm, ...] = ()  # scored by `set_terms` (not under a fixed assignment)
         class_weight = torch.ones(num_classes + 1)
         class_weight[-1] = weights.no_object
         self.register_buffer("class_weight", class_weight, persistent=False)
@@ -100,14 +114,20 @@ class SetCriterion(nn.Module):
     def weighted(self, terms: dict[str, Tensor]) -> Tensor:
         """The sum over the sets of TERMS (each (sets,)) of lambda_cls L_cls + lambda_L1 L1 + lambda_iou L_GIoU."""
         w = self.weights
-        return w.ce * terms["loss_ce"].sum() + w.l1 * terms["loss_bbox"].sum() + w.giou * terms["loss_giou"].sum()
+        total = w.ce * terms["loss_ce"].sum() + w.l1 * terms["loss_bbox"].sum() + w.giou * terms["loss_giou"].sum()
+        for term in self.extra_terms:
+            if term.name in terms:  # not under a fixed assignment (`terms`)
+                total = total + term.weight * terms[term.name].sum()
+        return total
 
     def set_terms(self, sets: Sequence[SetPrediction], targets: Sequence[dict[str, Tensor]],
                   num_boxes: float) -> dict[str, Tensor]:
         """Each term of each of SETS (predictions of TARGETS, of one shape), as (sets,) tensors, after the optimal
         matching of Eq. 1: the sets are stacked as one batch of (set, image) pairs and matched together."""
         scores, boxes = self.stacked(sets)
-        return self.terms(scores, boxes, targets, self.match(scores, boxes, targets), num_boxes)
+        matches = self.match(scores, boxes, targets)
+        return {**self.terms(scores, boxes, targets, matches, num_boxes),
+                **{t.name: t(sets, targets, matches, num_boxes) for t in self.extra_terms}}
 
     def stacked(self, sets: Sequence[SetPrediction]) -> tuple[Tensor, Tensor]:
         """SETS as one batch, set after set: their class scores (sets * batch, queries, ...) and boxes
@@ -128,7 +148,7 @@ class SetCriterion(nn.Module):
         queries, ...) and BOXES (sets * batch, queries, 4) under MATCHES, one per (set, image)."""
         sets = len(matches) // len(targets)
         every = list(targets) * sets  # the targets of each (set, image) pair
-        batch_index, query_index = _flat_indices(matches)
+        batch_index, query_index = flat_indices(matches)
         index = MatchIndex(batch_index, query_index, batch_index // len(targets), sets)
         return {**self.classification_terms(scores, boxes, every, matches, index, num_boxes),
                 **box_terms(boxes, every, matches, index, num_boxes)}
@@ -196,12 +216,12 @@ def _stack(tensors: Sequence[Tensor]) -> Tensor:
     return torch.cat(list(tensors)) if len(tensors) > 1 else tensors[0]
 
 
-def _flat_indices(matches: Sequence[Match]) -> tuple[Tensor, Tensor]:
+def flat_indices(matches: Sequence[Match]) -> tuple[Tensor, Tensor]:
     """(batch index, query index) of every match, image after image."""
     batch = torch.cat([torch.full_like(m.queries, i) for i, m in enumerate(matches)])
     return batch, torch.cat([m.queries for m in matches])
 
 
 def matched_targets(targets: Sequence[dict[str, Tensor]], matches: Sequence[Match], key: str) -> Tensor:
-    """TARGETS' KEY ("labels" or "boxes") of every match, in `_flat_indices`' order."""
+    """TARGETS' KEY ("labels" or "boxes") of every match, in `flat_indices`' order."""
     return torch.cat([t[key][m.objects] for t, m in zip(targets, matches)])

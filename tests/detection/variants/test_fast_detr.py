@@ -18,7 +18,7 @@ OPTIONS = [{}, dict(feature_levels=1), dict(deformable_attention=False, encoder_
            dict(encoder_levels=1),
            dict(box_refinement=False, two_stage=False, denoising_groups=0), dict(focal_loss=False),
            dict(query_groups=1), dict(two_stage=False), dict(denoising_groups=2), dict(last_stage=5),
-           dict(feature_levels=4), ALL_OFF]
+           dict(feature_levels=4), dict(distribution_refinement=True), ALL_OFF]
 
 
 def _tiny(**fields) -> FastDetrConfig:
@@ -57,7 +57,8 @@ def test_every_option_gives_the_shared_output_and_gradients(options):
     images, mask, targets = _inputs()
     outputs = model(images, mask, targets)
     assert outputs.logits.shape == (2, 10, 4) and outputs.boxes.shape == (2, 10, 4)
-    assert len(outputs.aux) == 1 and len(outputs.groups) == config.query_groups - 1
+    # distribution refinement trains the first layer's box b^0 as one more prediction
+    assert len(outputs.aux) == 1 + config.distribution_refinement and len(outputs.groups) == config.query_groups - 1
     assert (outputs.class_logits is not None) == config.focal_loss
     criterion(outputs, targets)["loss"].backward()
     missing = [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None]

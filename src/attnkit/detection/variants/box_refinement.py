@@ -15,11 +15,20 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
 
 from attnkit.detection.detr import MLP
+
+
+class LayerBoxes(NamedTuple):
+    """A decoder layer's boxes, and what distribution refinement (variants.distribution_refinement) adds."""
+    boxes: Tensor  # (batch, queries, 4) normalised cx, cy, w, h
+    corners: Tensor | None = None  # (batch, queries, 4, bins + 1) logits of the edges' distributions
+    anchors: Tensor | None = None  # (batch, queries, 4) the boxes the edges are measured from
+    initial: Tensor | None = None  # (batch, queries, 4) the first layer's: those boxes, trained as a prediction
 
 
 def inverse_sigmoid(x: Tensor, eps: float = 1e-5) -> Tensor:
@@ -74,10 +83,11 @@ class AnchorBoxQueries(nn.Module):
         embedding = sine_box_embedding(reference, self.sine_frequencies, self.sine_phases)  # (batch, queries, 2d)
         return self.position_head(embedding)  # (batch, queries, d_model)
 
-    def boxes(self, layer: int, hidden: Tensor, reference: Tensor | None) -> Tensor:
+    def boxes(self, layer: int, hidden: Tensor, reference: Tensor | None,
+              previous: LayerBoxes | None = None) -> LayerBoxes:
         """Eq. 5: this layer's boxes (batch, queries, 4) from its output and the previous layer's boxes."""
         assert reference is not None  # anchor queries always have boxes
-        return (self.bbox_embed[layer](hidden) + inverse_sigmoid(reference)).sigmoid()
+        return LayerBoxes((self.bbox_embed[layer](hidden) + inverse_sigmoid(reference)).sigmoid())
 
 
 class LearnedQueries(nn.Module):
@@ -100,5 +110,6 @@ class LearnedQueries(nn.Module):
     def query_pos(self, reference: Tensor | None, batch: int = 0, queries: int = 0) -> Tensor:
         return self.query_embed.weight[:queries].unsqueeze(0).expand(batch, -1, -1)  # (batch, queries, d_model)
 
-    def boxes(self, layer: int, hidden: Tensor, reference: Tensor | None) -> Tensor:
-        return self.bbox_embed(hidden).sigmoid()  # (batch, queries, 4)
+    def boxes(self, layer: int, hidden: Tensor, reference: Tensor | None,
+              previous: LayerBoxes | None = None) -> LayerBoxes:
+        return LayerBoxes(self.bbox_embed(hidden).sigmoid())  # (batch, queries, 4)

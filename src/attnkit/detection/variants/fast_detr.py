@@ -7,6 +7,7 @@
     boxes_0  = learned anchor boxes                     box_refinement
     h_d      = DecoderLayer_d(h_{d-1}, MLP(sine(boxes_{d-1})), memory sampled around boxes_{d-1})
     boxes_d  = sigmoid(Delta_d(h_d) + sigmoid^-1(boxes_{d-1}))
+               or four edge distributions, refined      distribution_refinement (D-FINE's FDR)
     classes  = sigmoid(Linear(h_d))                     focal_loss
     training: classes towards the boxes' IoUs            varifocal_loss (iou_aware)
     training: G query groups, each matched one-to-one  query_groups; inference: the first group
@@ -15,12 +16,12 @@
 
 Each technique is one module, switched off by one `FastDetrConfig` field (`feature_levels=1`, `last_stage=5`,
 `deformable_attention`, `encoder_levels=3`, `box_refinement`, `focal_loss` and `iou_aware`, `query_groups=1`,
-`two_stage`, `denoising_groups=0`); with all of them off this model computes DETR (`attnkit.detection.detr`)
-exactly, from the same building blocks. Its output is the shared `DetectionOutput` (`logits` in
-DETR's classes + 1 form, `boxes`, `aux`; `class_logits`, the sigmoid form, with the focal loss),
-so the matcher, post-processing, evaluation and CLI serve it as is; in training a `FastDetrOutput`
-adds the other query groups, the proposals (two-stage) and the denoising queries, which its
-criterion (`FastCriterion`) scores.
+`two_stage`, `denoising_groups=0`; `distribution_refinement` is switched on); with all of them off this model
+computes DETR (`attnkit.detection.detr`) exactly, from the same building blocks. Its output is the shared
+`DetectionOutput` (`logits` in DETR's classes + 1 form, `boxes`, `aux`; `class_logits`, the sigmoid form, with the
+focal loss), so the matcher, post-processing, evaluation and CLI serve it as is; in training a `FastDetrOutput`
+adds the other query groups, the proposals (two-stage) and the denoising queries, which its criterion
+(`FastCriterion`) scores.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from attnkit.detection.config import DetectionTrainConfig, FastDetrConfig
 from attnkit.detection.detr import detr_transformer
 from attnkit.detection.output import DetectionOutput, SetPrediction
 from attnkit.detection.set_criterion import SetCriterion, build_set_criterion, global_box_count
-from attnkit.detection.variants.box_refinement import AnchorBoxQueries, LearnedQueries
+from attnkit.detection.variants.box_refinement import AnchorBoxQueries, LayerBoxes, LearnedQueries
 from attnkit.detection.variants.deformable_transformer import (
     DeformableDecoderLayer,
     DeformableEncoder,
@@ -51,6 +52,7 @@ from attnkit.detection.variants.denoising_queries import (
     denoising_attention_mask,
     denoising_losses,
 )
+from attnkit.detection.variants.distribution_refinement import DistributionQueries, FineGrainedLocalization
 from attnkit.detection.variants.focal_loss import PRIOR_BIAS, build_focal_criterion, softmax_form
 from attnkit.detection.variants.lite_encoder import LiteEncoder
 from attnkit.detection.variants.multi_scale_features import FlatLevels, LevelProjection, MultiScaleJoiner
@@ -99,9 +101,9 @@ class QueryDecoder(nn.Module):
 
     def forward(self, memory: Tensor, levels: FlatLevels, num_queries: int, self_mask: Tensor | None,
                 reference: Tensor | None = None, denoising: DenoisingQueries | None = None,
-                groups: int = 1) -> tuple[Tensor, Tensor]:
-        """memory: (batch, keys, d_model) -> hidden states (layers, batch, queries, d_model) and boxes
-        (layers, batch, queries, 4), each layer's output through the shared final norm (DETR).
+                groups: int = 1) -> tuple[Tensor, list[LayerBoxes]]:
+        """memory: (batch, keys, d_model) -> hidden states (layers, batch, queries, d_model), each layer's output
+        through the shared final norm (DETR), and each layer's boxes (batch, queries, 4) with what made them.
         groups: the queries form this many groups that attend apart (given without `self_mask`).
         reference: the first boxes (batch, queries, 4) when chosen per image (two-stage), else the queries' own.
         denoising: training queries placed before the NUM_QUERIES others (their content and boxes are given)."""
@@ -113,16 +115,17 @@ class QueryDecoder(nn.Module):
             x = torch.cat([denoising.content.to(x.dtype), x], 1)
             assert reference is not None  # denoising needs box_refinement (FastDetrConfig), whose queries have boxes
             reference = torch.cat([denoising.boxes, reference], 1)
-        hidden, boxes = [], []
+        hidden: list[Tensor] = []
+        boxes: list[LayerBoxes] = []
         values = {} if self.shared is None else {"given": self.shared(memory, levels.shapes, levels.key_padding)}
         for index, layer in enumerate(self.layers):
             query_pos = self.queries.query_pos(reference, batch, num_queries)  # (batch, queries, d_model)
             x = layer(x, query_pos, level_reference(reference, levels), memory, levels.pos, levels.key_padding,
                       levels.shapes, self_mask, groups, **values)
             hidden.append(self.norm(x))
-            boxes.append(self.queries.boxes(index, hidden[-1], reference))
-            reference = boxes[-1].detach() if self.queries.refines else reference
-        return torch.stack(hidden), torch.stack(boxes)
+            boxes.append(self.queries.boxes(index, hidden[-1], reference, boxes[-1] if boxes else None))
+            reference = boxes[-1].boxes.detach() if self.queries.refines else reference
+        return torch.stack(hidden), boxes
 
 
 def level_reference(reference: Tensor | None, levels: FlatLevels) -> Tensor | None:
@@ -181,7 +184,9 @@ class FastDETR(nn.Module):
         hidden, boxes = self.decoder(memory, levels, groups * self.num_queries, self_mask, reference, denoising,
                                      apart)
         logits = self.class_embed(hidden)  # (layers, batch, [denoising +] groups * queries, classes [+ 1])
-        layers = [self._prediction(*layer) for layer in zip(logits, boxes)]  # per decoder layer
+        layers = [self._prediction(layer_logits, *layer_boxes[:3]) for layer_logits, layer_boxes in zip(logits, boxes)]
+        if boxes[0].initial is not None:  # distribution refinement's b^0: trained as one more layer's prediction
+            layers.insert(0, self._prediction(logits[0], boxes[0].initial))
         denoised = None
         if denoising is not None:
             denoised = DenoisingOutput([layer.queries(0, denoising.count) for layer in layers], denoising.matches)
@@ -191,11 +196,13 @@ class FastDETR(nn.Module):
         return FastDetrOutput.from_layers(first, self.aux_loss, denoising=denoised, proposals=proposals,
                                           groups=[DetectionOutput.from_layers(g, self.aux_loss) for g in others])
 
-    def _prediction(self, logits: Tensor, boxes: Tensor) -> SetPrediction:
-        """One layer's (or the proposals') predictions from the class head's logits and the boxes."""
+    def _prediction(self, logits: Tensor, boxes: Tensor, corners: Tensor | None = None,
+                    anchors: Tensor | None = None) -> SetPrediction:
+        """One layer's (or the proposals') predictions from the class head's logits and the boxes (with the edge
+        distributions that made them, under distribution refinement)."""
         if not self.focal:
-            return SetPrediction(logits, boxes)
-        return SetPrediction(softmax_form(logits), boxes, logits)
+            return SetPrediction(logits, boxes, None, corners, anchors)
+        return SetPrediction(softmax_form(logits), boxes, logits, corners, anchors)
 
 
 class FastCriterion(nn.Module):
@@ -248,7 +255,8 @@ def build_fast_detr(config: FastDetrConfig, backbone_weights: Path | None = None
         encoder = DenseEncoder(transformer.encoder)
         layers = [DenseDecoderLayer(cast(TransformerDecoderLayer, layer)) for layer in transformer.decoder.layers]
     total = config.num_queries * config.query_groups
-    queries = (AnchorBoxQueries(total, d, config.dec_layers, learned_anchors=not config.two_stage)
+    anchor_queries = DistributionQueries if config.distribution_refinement else AnchorBoxQueries
+    queries = (anchor_queries(total, d, config.dec_layers, learned_anchors=not config.two_stage)
                if config.box_refinement else LearnedQueries(total, d, with_reference=config.deformable_attention))
     proposals = EncoderProposals(d, config.num_classes, config.focal_loss) if config.two_stage else None
     denoising = (DenoisingGenerator(config.num_classes, d, config.denoising_groups, config.denoising_label_noise,
@@ -263,5 +271,9 @@ def build_fast_criterion(config: FastDetrConfig, train: DetectionTrainConfig) ->
     varifocal one with `iou_aware`) or DETR's, over the query groups, the proposals and the denoising queries
     that the model returns."""
     if config.focal_loss and config.iou_aware:
-        return FastCriterion(build_varifocal_criterion(config, train))
-    return FastCriterion((build_focal_criterion if config.focal_loss else build_set_criterion)(config, train))
+        criterion: SetCriterion = build_varifocal_criterion(config, train)
+    else:
+        criterion = (build_focal_criterion if config.focal_loss else build_set_criterion)(config, train)
+    if config.distribution_refinement:
+        criterion.extra_terms = (FineGrainedLocalization(),)
+    return FastCriterion(criterion)

@@ -41,15 +41,19 @@ def varifocal_loss(logits: Tensor, positive: Tensor, scores: Tensor, alpha: floa
 
 
 @torch.no_grad()
+def paired_iou(boxes: Tensor, targets: Tensor) -> Tensor:
+    """(pairs,) IoU of each of BOXES (pairs, 4) with its TARGETS' (pairs, 4) box, both normalised cx, cy, w, h."""
+    first = box_convert(boxes.float(), "cxcywh", "xyxy")
+    second = box_convert(targets.to(first), "cxcywh", "xyxy")
+    corners = torch.min(first[:, 2:], second[:, 2:]) - torch.max(first[:, :2], second[:, :2])
+    inter = corners.clamp(min=0).prod(-1)  # (pairs,)
+    return inter / (box_area(first) + box_area(second) - inter)
+
+
 def matched_iou(boxes: Tensor, targets: Sequence[dict[str, Tensor]], matches: Sequence[Match],
                 index: MatchIndex) -> Tensor:
-    """(matches,) IoU of each matched query's box with its target's, pair by pair.
-    boxes: (sets * batch, queries, 4) normalised cx, cy, w, h."""
-    matched = box_convert(boxes[index.batch, index.query].float(), "cxcywh", "xyxy")  # (matches, 4)
-    target = box_convert(matched_targets(targets, matches, "boxes").to(matched), "cxcywh", "xyxy")
-    corners = torch.min(matched[:, 2:], target[:, 2:]) - torch.max(matched[:, :2], target[:, :2])
-    inter = corners.clamp(min=0).prod(-1)  # (matches,)
-    return inter / (box_area(matched) + box_area(target) - inter)
+    """(matches,) IoU of each matched query's box with its target's. boxes: (sets * batch, queries, 4)."""
+    return paired_iou(boxes[index.batch, index.query], matched_targets(targets, matches, "boxes"))
 
 
 class VarifocalSetCriterion(FocalSetCriterion):
