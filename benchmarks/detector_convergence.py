@@ -22,6 +22,7 @@ fields of `DetrConfig` differ:
     fast-denoising       fast with 3 groups of denoising queries (DN-DETR, DINO)
     fast-no-iou-aware    the focal loss's class targets (1) instead of the boxes' IoUs (varifocal)
     fast-distribution    fast with D-FINE's fine-grained distribution refinement of the boxes
+    fast-distilled       fast-distribution with D-FINE's localization self-distillation (GO-LSD)
 
 Datasets: `shapes` (built in: 5 filled shape classes, 0-4 objects, 128 px square images) and
 `marks`, written here in COCO layout and read like any user dataset: 4 other object kinds (rings,
@@ -69,6 +70,7 @@ VARIANTS = {
     "fast-denoising": ["model.arch=fast", "model.denoising_groups=3"],  # measured, not adopted
     "fast-no-iou-aware": ["model.arch=fast", "model.iou_aware=false"],
     "fast-distribution": ["model.arch=fast", "model.distribution_refinement=true"],
+    "fast-distilled": ["model.arch=fast", "model.distribution_refinement=true", "model.localization_distillation=true"],
 }
 MARKS = ("ring", "cross", "bar", "dot")
 

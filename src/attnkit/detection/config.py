@@ -127,6 +127,8 @@ class FastDetrConfig(DetrConfig):
     box_refinement: bool = True  # anchor-box queries, refined by every decoder layer
     distribution_refinement: bool = False  # the refinement as four edge distributions per layer (D-FINE's FDR,
     # with its localization loss; needs box_refinement)
+    localization_distillation: bool = False  # earlier layers' edge distributions trained towards the last layer's
+    # (D-FINE's GO-LSD; needs distribution_refinement)
     focal_loss: bool = True  # sigmoid focal classification loss and matching cost (weights: train.focal_*)
     iou_aware: bool = True  # with focal_loss: the class target is the matched box's IoU (varifocal loss, RT-DETR's)
     query_groups: int = 3  # query groups trained one-to-one each (Group DETR); 1 = off
@@ -159,6 +161,9 @@ class FastDetrConfig(DetrConfig):
         if self.distribution_refinement and not self.box_refinement:
             raise ConfigError("distribution_refinement refines anchor boxes and needs box_refinement; "
                               "set both to false to ablate refinement")
+        if self.localization_distillation and not self.distribution_refinement:
+            raise ConfigError("localization_distillation distils the edge distributions of distribution_refinement; "
+                              "set model.distribution_refinement=true")
         if self.denoising_groups < 0:
             raise ConfigError(f"denoising_groups must be 0 (off) or more, got {self.denoising_groups}")
         if self.denoising_groups and not self.box_refinement:

@@ -27,6 +27,7 @@ class SetPrediction:
     class_logits: Tensor | None = None  # (batch, queries, classes) sigmoid logits (the focal loss); None otherwise
     corners: Tensor | None = None  # (batch, queries, 4, bins + 1) edge distributions' logits (distribution refinement)
     anchors: Tensor | None = None  # (batch, queries, 4) the boxes those edges are measured from
+    teacher: SetPrediction | None = None  # the last layer's, detached, that this layer's edges are distilled from
 
     def queries(self, start: int, stop: int | None = None) -> SetPrediction:
         """The predictions of queries START to STOP (exclusive; None: the last)."""
@@ -34,7 +35,8 @@ class SetPrediction:
             return None if x is None else x[:, start:stop]
 
         return SetPrediction(self.logits[:, start:stop], self.boxes[:, start:stop], part(self.class_logits),
-                             part(self.corners), part(self.anchors))
+                             part(self.corners), part(self.anchors),
+                             None if self.teacher is None else self.teacher.queries(start, stop))
 
 
 @dataclass(frozen=True)
@@ -47,5 +49,5 @@ class DetectionOutput(SetPrediction):
         """The output of decoder LAYERS' predictions (first to last): the last, and the others when AUX.
         EXTRA: a subclass's own fields."""
         last = layers[-1]
-        return cls(last.logits, last.boxes, last.class_logits, last.corners, last.anchors,
+        return cls(last.logits, last.boxes, last.class_logits, last.corners, last.anchors, last.teacher,
                    list(layers[:-1]) if aux else [], **extra)

@@ -8,6 +8,7 @@
     h_d      = DecoderLayer_d(h_{d-1}, MLP(sine(boxes_{d-1})), memory sampled around boxes_{d-1})
     boxes_d  = sigmoid(Delta_d(h_d) + sigmoid^-1(boxes_{d-1}))
                or four edge distributions, refined      distribution_refinement (D-FINE's FDR)
+    training: earlier layers' edges towards the last's  localization_distillation (D-FINE's GO-LSD)
     classes  = sigmoid(Linear(h_d))                     focal_loss
     training: classes towards the boxes' IoUs            varifocal_loss (iou_aware)
     training: G query groups, each matched one-to-one  query_groups; inference: the first group
@@ -16,18 +17,18 @@
 
 Each technique is one module, switched off by one `FastDetrConfig` field (`feature_levels=1`, `last_stage=5`,
 `deformable_attention`, `encoder_levels=3`, `box_refinement`, `focal_loss` and `iou_aware`, `query_groups=1`,
-`two_stage`, `denoising_groups=0`; `distribution_refinement` is switched on); with all of them off this model
-computes DETR (`attnkit.detection.detr`) exactly, from the same building blocks. Its output is the shared
-`DetectionOutput` (`logits` in DETR's classes + 1 form, `boxes`, `aux`; `class_logits`, the sigmoid form, with the
-focal loss), so the matcher, post-processing, evaluation and CLI serve it as is; in training a `FastDetrOutput`
-adds the other query groups, the proposals (two-stage) and the denoising queries, which its criterion
-(`FastCriterion`) scores.
+`two_stage`, `denoising_groups=0`; `distribution_refinement` and `localization_distillation` are switched on);
+with all of them off this model computes DETR (`attnkit.detection.detr`) exactly, from the same building blocks.
+Its output is the shared `DetectionOutput` (`logits` in DETR's classes + 1 form, `boxes`, `aux`; `class_logits`,
+the sigmoid form, with the focal loss), so the matcher, post-processing, evaluation and CLI serve it as is; in
+training a `FastDetrOutput` adds the other query groups, the proposals (two-stage) and the denoising queries,
+which its criterion (`FastCriterion`) scores.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import cast
 
@@ -55,6 +56,7 @@ from attnkit.detection.variants.denoising_queries import (
 from attnkit.detection.variants.distribution_refinement import DistributionQueries, FineGrainedLocalization
 from attnkit.detection.variants.focal_loss import PRIOR_BIAS, build_focal_criterion, softmax_form
 from attnkit.detection.variants.lite_encoder import LiteEncoder
+from attnkit.detection.variants.localization_distillation import LocalizationDistillation
 from attnkit.detection.variants.multi_scale_features import FlatLevels, LevelProjection, MultiScaleJoiner
 from attnkit.detection.variants.query_groups import group_attention_mask, group_losses, split_groups
 from attnkit.detection.variants.query_selection import EncoderProposals, proposal_losses
@@ -185,8 +187,8 @@ class FastDETR(nn.Module):
                                      apart)
         logits = self.class_embed(hidden)  # (layers, batch, [denoising +] groups * queries, classes [+ 1])
         layers = [self._prediction(layer_logits, *layer_boxes[:3]) for layer_logits, layer_boxes in zip(logits, boxes)]
-        if boxes[0].initial is not None:  # distribution refinement's b^0: trained as one more layer's prediction
-            layers.insert(0, self._prediction(logits[0], boxes[0].initial))
+        if boxes[0].initial is not None:  # distribution refinement: b^0 trained as one more layer's prediction, the
+            layers = [self._prediction(logits[0], boxes[0].initial), *distilled(layers)]  # last layer a teacher
         denoised = None
         if denoising is not None:
             denoised = DenoisingOutput([layer.queries(0, denoising.count) for layer in layers], denoising.matches)
@@ -203,6 +205,15 @@ class FastDETR(nn.Module):
         if not self.focal:
             return SetPrediction(logits, boxes, None, corners, anchors)
         return SetPrediction(softmax_form(logits), boxes, logits, corners, anchors)
+
+
+def distilled(layers: list[SetPrediction]) -> list[SetPrediction]:
+    """LAYERS, each but the last with the last as its (detached) teacher (localization_distillation)."""
+    last = layers[-1]
+    teacher = SetPrediction(last.logits.detach(), last.boxes.detach(),
+                            None if last.class_logits is None else last.class_logits.detach(),
+                            None if last.corners is None else last.corners.detach())
+    return [replace(layer, teacher=teacher) for layer in layers[:-1]] + [last]
 
 
 class FastCriterion(nn.Module):
@@ -275,5 +286,6 @@ def build_fast_criterion(config: FastDetrConfig, train: DetectionTrainConfig) ->
     else:
         criterion = (build_focal_criterion if config.focal_loss else build_set_criterion)(config, train)
     if config.distribution_refinement:
-        criterion.extra_terms = (FineGrainedLocalization(),)
+        criterion.extra_terms = (FineGrainedLocalization(),
+                                 *([LocalizationDistillation()] if config.localization_distillation else []))
     return FastCriterion(criterion)
