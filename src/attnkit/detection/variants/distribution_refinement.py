@@ -19,7 +19,9 @@ the layer's box with its target:
     L_FGL = sum_edges IoU * (omega_left CE(Pr, n_left) + omega_right CE(Pr, n_right)) / number of boxes
 
 N = 32 bins, a = 0.5 (`up`), c = 4 (`reg_scale`) and the weight 0.15 are D-FINE's (transformers'
-`DFineConfig` defaults). D-FINE's self-distillation between layers (GO-LSD) is not part of this.
+`DFineConfig` defaults). D-FINE's self-distillation between layers (GO-LSD) is `localization_distillation`.
+Not taken from D-FINE: its edge heads also read the previous layer's (detached) hidden state, and its
+localization quality estimate adds a term from the distributions' peaks to the class scores.
 """
 
 from __future__ import annotations
@@ -115,8 +117,9 @@ class DistributionQueries(AnchorBoxQueries):
         else:
             assert previous.anchors is not None and previous.corners is not None  # set by the first layer
             anchors, corners = previous.anchors, corners + previous.corners
-        offsets = corners.float().softmax(-1) @ self.projection  # (batch, queries, 4) the expectation sum_n W(n) Pr(n)
-        boxes = edges_to_boxes(anchors, offsets).clamp(0, 1).to(hidden.dtype)
+        # (batch, queries, 4) the expectation sum_n W(n) Pr(n), in float32 (autocast would round a matmul to bf16)
+        offsets = (corners.float().softmax(-1) * self.projection).sum(-1)
+        boxes = edges_to_boxes(anchors, offsets).clamp(0, 1)  # float32, as b^0 (bf16 would round edges to 1/256)
         return LayerBoxes(boxes, corners, anchors, initial)
 
 
