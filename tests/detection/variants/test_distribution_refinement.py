@@ -9,10 +9,12 @@ from attnkit.detection.architectures import build_criterion, build_model
 from attnkit.detection.config import DetectionTrainConfig, FastDetrConfig, preset, with_arch
 from attnkit.detection.hungarian_matcher import Match
 from attnkit.detection.output import SetPrediction
+from attnkit.detection.variants.box_refinement import LayerBoxes
 from attnkit.detection.variants.distribution_refinement import (
     BINS,
     REG_SCALE,
     UP,
+    DistributionQueries,
     bin_targets,
     boxes_to_edges,
     edges_to_boxes,
@@ -151,3 +153,16 @@ def test_the_localization_loss_weighs_0_15_and_is_off_by_default():
 def test_distribution_refinement_needs_box_refinement():
     with pytest.raises(ConfigError, match="distribution_refinement"):
         FastDetrConfig(distribution_refinement=True, box_refinement=False, two_stage=False)
+
+
+def test_boxes_are_computed_in_float32_under_bf16_autocast():
+    """bf16 would round an edge to about 1/256 of the image: the edges' expectation and the boxes are float32."""
+    torch.manual_seed(0)
+    queries = DistributionQueries(10, 32, 2)  # the second layer's edge head is zero: it adds nothing
+    previous = LayerBoxes(torch.rand(1, 10, 4), torch.randn(1, 10, 4, BINS + 1) * 3, torch.rand(1, 10, 4) * 0.5 + 0.2)
+    hidden = torch.randn(1, 10, 32)
+    exact = queries.boxes(1, hidden, previous.boxes, previous).boxes
+    with torch.autocast("cpu", torch.bfloat16):
+        autocast = queries.boxes(1, hidden, previous.boxes, previous).boxes
+    assert autocast.dtype == torch.float32
+    assert_close(autocast, exact)
