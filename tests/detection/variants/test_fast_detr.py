@@ -18,7 +18,9 @@ OPTIONS = [{}, dict(feature_levels=1), dict(deformable_attention=False, encoder_
            dict(encoder_levels=1),
            dict(box_refinement=False, two_stage=False, denoising_groups=0), dict(focal_loss=False),
            dict(query_groups=1), dict(two_stage=False), dict(denoising_groups=2), dict(last_stage=5),
-           dict(feature_levels=4), dict(distribution_refinement=True), ALL_OFF]
+           dict(feature_levels=4),
+           dict(distribution_refinement=True, localization_distillation=True),
+           dict(distribution_refinement=True, denoising_groups=2, two_stage=False), ALL_OFF]
 
 
 def _tiny(**fields) -> FastDetrConfig:
