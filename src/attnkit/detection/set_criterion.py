@@ -66,7 +66,7 @@ class MatchIndex:
 
 class SetTerm(Protocol):
     """A further loss term of sets of predictions under their matching, weighted into the total
-    (variants.distribution_refinement's localization loss)."""
+    (variants.distribution_refinement's localization loss, variants.localization_distillation's)."""
     name: str
     weight: float
 
