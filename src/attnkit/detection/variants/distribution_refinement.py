@@ -148,7 +148,10 @@ class FineGrainedLocalization:
 
     name, weight = "loss_fgl", WEIGHT
 
+    def __init__(self) -> None:
+        self.bin_weights = weighting_function()  # W(n), built once rather than at every training step
+
     def __call__(self, sets: Sequence[SetPrediction], targets: Sequence[dict[str, Tensor]], matches: Sequence[Match],
                  num_boxes: float) -> Tensor:
-        weights = weighting_function().to(sets[0].boxes.device)
-        return fine_grained_localization(sets, targets, matches, num_boxes, weights)
+        self.bin_weights = self.bin_weights.to(sets[0].boxes.device)
+        return fine_grained_localization(sets, targets, matches, num_boxes, self.bin_weights)
