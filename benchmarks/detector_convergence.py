@@ -23,6 +23,7 @@ fields of `DetrConfig` differ:
     fast-no-iou-aware    the focal loss's class targets (1) instead of the boxes' IoUs (varifocal)
     fast-distribution    fast with D-FINE's fine-grained distribution refinement of the boxes
     fast-distilled       fast-distribution with D-FINE's localization self-distillation (GO-LSD)
+    fast-mal             fast with DEIM's matchability-aware loss in place of the varifocal loss
 
 Datasets: `shapes` (built in: 5 filled shape classes, 0-4 objects, 128 px square images) and
 `marks`, written here in COCO layout and read like any user dataset: 4 other object kinds (rings,
@@ -71,6 +72,7 @@ VARIANTS = {
     "fast-no-iou-aware": ["model.arch=fast", "model.iou_aware=false"],
     "fast-distribution": ["model.arch=fast", "model.distribution_refinement=true"],
     "fast-distilled": ["model.arch=fast", "model.distribution_refinement=true", "model.localization_distillation=true"],
+    "fast-mal": ["model.arch=fast", "model.matchability_aware=true"],
 }
 MARKS = ("ring", "cross", "bar", "dot")
 

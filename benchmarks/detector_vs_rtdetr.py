@@ -579,10 +579,13 @@ def latency(args) -> dict:
     import onnxruntime
 
     from attnkit.detection.architectures import build_model
+    from attnkit.detection.backbone import fold_batch_norms
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    ours = {name: build_model(replace(preset_at(name, 96, args.set)[0], num_classes=5)).eval() for name in args.presets}
+    # attnkit's models as `attnkit detect` runs them: the BatchNorms folded into the convolutions (Detector.from_run)
+    ours = {name: fold_batch_norms(build_model(replace(preset_at(name, 96, args.set)[0], num_classes=5)))
+            for name in args.presets}
     theirs = {kind: build_rtdetr(kind, 5).eval() for kind in args.rtdetr_kinds}
     models = {**{f"attnkit {n}": m for n, m in ours.items()}, **theirs}
     rows: dict[str, dict] = {name: {"parameters": parameters(m)} for name, m in models.items()}

@@ -1,6 +1,7 @@
 """`fast` against DETR at the paper's size (`detr-r50` preset, 800 x 800, batch 1), and `fast` with some of its
 fields changed (`--variant LABEL:FIELD=VALUE,...`), all alternating call by call in one process (the order
-rotated each round), eval mode under `torch.inference_mode`, random weights; medians after a warm-up call.
+rotated each round), eval mode under `torch.inference_mode`, random weights, the BatchNorms folded into the
+convolutions as `attnkit detect` runs a model; medians after a warm-up call.
 
     .venv/bin/python benchmarks/fast_paper_size.py --rounds 6 \\
         --variant "before:encoder_levels=2,shared_values=false"
@@ -16,6 +17,7 @@ import torch
 
 from attnkit import overrides
 from attnkit.detection.architectures import build_model
+from attnkit.detection.backbone import fold_batch_norms
 from attnkit.detection.config import preset, with_arch
 
 
@@ -37,9 +39,9 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     config = preset(args.preset)[0]
     torch.manual_seed(0)
-    arms = {arch: build_model(with_arch(config, arch)).eval() for arch in ("detr", "fast")}
+    arms = {arch: fold_batch_norms(build_model(with_arch(config, arch))) for arch in ("detr", "fast")}
     for label, changes in args.variant:
-        arms[f"fast, {label}"] = build_model(with_arch(config, "fast", **changes)).eval()
+        arms[f"fast, {label}"] = fold_batch_norms(build_model(with_arch(config, "fast", **changes)))
     images = torch.randn(1, 3, args.size, args.size)
     mask = torch.zeros(1, args.size, args.size, dtype=torch.bool)
     times: dict[str, list[float]] = {name: [] for name in arms}

@@ -131,6 +131,7 @@ class FastDetrConfig(DetrConfig):
     # (D-FINE's GO-LSD; needs distribution_refinement)
     focal_loss: bool = True  # sigmoid focal classification loss and matching cost (weights: train.focal_*)
     iou_aware: bool = True  # with focal_loss: the class target is the matched box's IoU (varifocal loss, RT-DETR's)
+    matchability_aware: bool = False  # with iou_aware: DEIM's MAL in place of the varifocal loss (target IoU^1.5)
     query_groups: int = 3  # query groups trained one-to-one each (Group DETR); 1 = off
     two_stage: bool = True  # the decoder starts from the best encoder proposals (needs box_refinement)
     denoising_groups: int = 0  # groups of noised ground-truth queries to rebuild in training (measured: no gain here)
@@ -158,6 +159,9 @@ class FastDetrConfig(DetrConfig):
         if self.two_stage and not self.box_refinement:
             raise ConfigError("two_stage starts the decoder from proposed boxes and needs box_refinement; "
                               "set both to false to ablate refinement")
+        if self.matchability_aware and not (self.focal_loss and self.iou_aware):
+            raise ConfigError("matchability_aware replaces the varifocal loss and needs focal_loss and iou_aware; "
+                              "set model.iou_aware=true")
         if self.distribution_refinement and not self.box_refinement:
             raise ConfigError("distribution_refinement refines anchor boxes and needs box_refinement; "
                               "set both to false to ablate refinement")

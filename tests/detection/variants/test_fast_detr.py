@@ -20,7 +20,8 @@ OPTIONS = [{}, dict(feature_levels=1), dict(deformable_attention=False, encoder_
            dict(query_groups=1), dict(two_stage=False), dict(denoising_groups=2), dict(last_stage=5),
            dict(feature_levels=4),
            dict(distribution_refinement=True, localization_distillation=True),
-           dict(distribution_refinement=True, denoising_groups=2, two_stage=False), ALL_OFF]
+           dict(distribution_refinement=True, denoising_groups=2, two_stage=False), dict(matchability_aware=True),
+           ALL_OFF]
 
 
 def _tiny(**fields) -> FastDetrConfig:

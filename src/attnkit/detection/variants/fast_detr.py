@@ -11,13 +11,15 @@
     training: earlier layers' edges towards the last's  localization_distillation (D-FINE's GO-LSD)
     classes  = sigmoid(Linear(h_d))                     focal_loss
     training: classes towards the boxes' IoUs            varifocal_loss (iou_aware)
+               or towards IoU^1.5, misses too           matchability_aware_loss (DEIM's MAL)
     training: G query groups, each matched one-to-one  query_groups; inference: the first group
     boxes_0  = the best encoder proposals, instead      query_selection (two-stage)
     training: + noised copies of the targets to rebuild  denoising_queries (DN-DETR / DINO)
 
 Each technique is one module, switched off by one `FastDetrConfig` field (`feature_levels=1`, `last_stage=5`,
 `deformable_attention`, `encoder_levels=3`, `box_refinement`, `focal_loss` and `iou_aware`, `query_groups=1`,
-`two_stage`, `denoising_groups=0`; `distribution_refinement` and `localization_distillation` are switched on);
+`two_stage`, `denoising_groups=0`; `distribution_refinement`, `localization_distillation` and `matchability_aware`
+are switched on);
 with all of them off this model computes DETR (`attnkit.detection.detr`) exactly, from the same building blocks.
 Its output is the shared `DetectionOutput` (`logits` in DETR's classes + 1 form, `boxes`, `aux`; `class_logits`,
 the sigmoid form, with the focal loss), so the matcher, post-processing, evaluation and CLI serve it as is; in
@@ -57,6 +59,7 @@ from attnkit.detection.variants.distribution_refinement import DistributionQueri
 from attnkit.detection.variants.focal_loss import PRIOR_BIAS, build_focal_criterion, softmax_form
 from attnkit.detection.variants.lite_encoder import LiteEncoder
 from attnkit.detection.variants.localization_distillation import LocalizationDistillation
+from attnkit.detection.variants.matchability_aware_loss import build_matchability_aware_criterion
 from attnkit.detection.variants.multi_scale_features import FlatLevels, LevelProjection, MultiScaleJoiner
 from attnkit.detection.variants.query_groups import group_attention_mask, group_losses, split_groups
 from attnkit.detection.variants.query_selection import EncoderProposals, proposal_losses
@@ -282,7 +285,8 @@ def build_fast_criterion(config: FastDetrConfig, train: DetectionTrainConfig) ->
     varifocal one with `iou_aware`) or DETR's, over the query groups, the proposals and the denoising queries
     that the model returns."""
     if config.focal_loss and config.iou_aware:
-        criterion: SetCriterion = build_varifocal_criterion(config, train)
+        criterion: SetCriterion = (build_matchability_aware_criterion if config.matchability_aware
+                                   else build_varifocal_criterion)(config, train)
     else:
         criterion = (build_focal_criterion if config.focal_loss else build_set_criterion)(config, train)
     if config.distribution_refinement:

@@ -65,7 +65,12 @@ class VarifocalSetCriterion(FocalSetCriterion):
         """VFL of every (query, class) pair: each matched query's class towards its box's IoU, the rest towards 0."""
         scores = onehot.clone()  # (sets * batch, queries, classes)
         scores[index.batch, index.query] *= matched_iou(boxes, targets, matches, index)[:, None]
-        return varifocal_loss(logits, onehot, scores)
+        return self.iou_aware_loss(logits, onehot, scores)
+
+    def iou_aware_loss(self, logits: Tensor, positive: Tensor, scores: Tensor) -> Tensor:
+        """The elementwise loss of LOGITS against the POSITIVE pairs' IoU SCORES (variants.matchability_aware_loss
+        puts its own here)."""
+        return varifocal_loss(logits, positive, scores)
 
 
 def build_varifocal_criterion(config: DetrConfig, train: DetectionTrainConfig) -> VarifocalSetCriterion:
