@@ -6,5 +6,6 @@ refined layer by layer: Zhu et al. 2021, Liu et al. 2022), `query_selection` (tw
 decoder starts from the encoder's best proposals, Zhu et al. 2021, Zhang et al. 2023), `focal_loss`
 (sigmoid focal classification and matching cost), `varifocal_loss` (IoU-aware classification, as
 RT-DETR trains it: Zhao et al. 2024), `matchability_aware_loss` (DEIM's, Huang et al. 2025),
-`query_groups` (one-to-many training: Group DETR, Chen et al. 2023). Each is switched off by a field of `FastDetrConfig`; with all off `fast` computes DETR.
+`query_groups` (one-to-many training: Group DETR, Chen et al. 2023). Each is switched off by a field
+of `FastDetrConfig`; with all off `fast` computes DETR.
 """
