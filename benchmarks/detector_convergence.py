@@ -24,6 +24,8 @@ fields of `DetrConfig` differ:
     fast-distribution    fast with D-FINE's fine-grained distribution refinement of the boxes
     fast-distilled       fast-distribution with D-FINE's localization self-distillation (GO-LSD)
     fast-mal             fast with DEIM's matchability-aware loss in place of the varifocal loss
+    fast-fusion          fast with RT-DETR's CNN cross-scale fusion after the encoder
+    fast-hybrid          fast-fusion with the encoder on C5 alone: RT-DETR's hybrid encoder
 
 Datasets: `shapes` (built in: 5 filled shape classes, 0-4 objects, 128 px square images) and
 `marks`, written here in COCO layout and read like any user dataset: 4 other object kinds (rings,
@@ -73,6 +75,8 @@ VARIANTS = {
     "fast-distribution": ["model.arch=fast", "model.distribution_refinement=true"],
     "fast-distilled": ["model.arch=fast", "model.distribution_refinement=true", "model.localization_distillation=true"],
     "fast-mal": ["model.arch=fast", "model.matchability_aware=true"],
+    "fast-fusion": ["model.arch=fast", "model.cross_scale_fusion=true"],
+    "fast-hybrid": ["model.arch=fast", "model.cross_scale_fusion=true", "model.encoder_levels=1"],
 }
 MARKS = ("ring", "cross", "bar", "dot")
 

@@ -1,4 +1,4 @@
-"""fold_batch_norms: a detector's ResNet BatchNorms (trainable or frozen) folded into its convolutions give the
+"""fold_batch_norms: a detector's BatchNorms (the ResNet's, trainable or frozen, and the cross-scale fusion's) folded into its convolutions give the
 same outputs with none left; Detector.from_run serves the folded model."""
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ from attnkit.detection.backbone import fold_batch_norms
 from attnkit.detection.config import preset, with_arch
 
 
-@pytest.mark.parametrize("arch", ["fast", "detr"])
+@pytest.mark.parametrize(("arch", "changes"), [("fast", {}), ("detr", {}), ("fast", {"cross_scale_fusion": True})],
+                         ids=["fast", "detr", "fast-cross-scale-fusion"])
 @pytest.mark.parametrize("frozen", [False, True])
-def test_folded_batch_norms_give_the_same_outputs(arch, frozen):
+def test_folded_batch_norms_give_the_same_outputs(arch, changes, frozen):
     torch.manual_seed(0)
-    config = dataclasses.replace(with_arch(preset("small")[0], arch), num_classes=3)
+    config = dataclasses.replace(with_arch(preset("small")[0], arch, **changes), num_classes=3)
     model = build_model(config).eval()
     norm = FrozenBatchNorm2d if frozen else nn.BatchNorm2d
     for module in model.modules():  # statistics and affine terms away from the identity, so folding shows

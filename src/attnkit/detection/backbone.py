@@ -72,8 +72,9 @@ class Backbone(nn.Module):
 
 
 def fold_batch_norms(module: nn.Module) -> nn.Module:
-    """MODULE (in place, in eval mode) with every ResNet BatchNorm folded into the convolution before it (conv1 and
-    bn1, conv2 and bn2, conv3 and bn3, a downsample's pair) and replaced by Identity. At inference the statistics
+    """MODULE (in place, in eval mode) with every BatchNorm folded into the convolution before it (the ResNet's conv1
+    and bn1, conv2 and bn2, conv3 and bn3; a Sequential(conv, norm): a downsample's, the cross-scale fusion's) and
+    replaced by Identity. At inference the statistics
     are fixed, so BN(conv(x)) is one convolution with rescaled weights and a bias (`fuse_conv_bn_eval`): one pass
     over each feature map fewer, as ONNX Runtime's graph optimizer folds them. For inference only: the folded
     model cannot train or save weights in the run's layout."""

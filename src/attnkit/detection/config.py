@@ -124,6 +124,7 @@ class FastDetrConfig(DetrConfig):
     # (Lite DETR); feature_levels or more: every level (Deformable DETR); 1: C5 alone
     shared_values: bool = False  # one value projection, computed once, of the keys that layers read unchanged:
     # the decoder's memory, the encoder's fixed levels (variants.shared_values; needs deformable_attention)
+    cross_scale_fusion: bool = False  # RT-DETR's CNN fusion of the encoder's levels (top-down, then bottom-up)
     box_refinement: bool = True  # anchor-box queries, refined by every decoder layer
     distribution_refinement: bool = False  # the refinement as four edge distributions per layer (D-FINE's FDR,
     # with its localization loss; needs box_refinement)
@@ -153,6 +154,8 @@ class FastDetrConfig(DetrConfig):
             raise ConfigError("encoder_levels below feature_levels updates some levels of the deformable encoder "
                               "and needs deformable_attention; set encoder_levels to feature_levels to ablate "
                               "deformable attention")
+        if self.cross_scale_fusion and self.feature_levels < 2:
+            raise ConfigError("cross_scale_fusion fuses several feature levels and needs feature_levels of 2 or more")
         if self.shared_values and not self.deformable_attention:
             raise ConfigError("shared_values shares the deformable attention's value projections and needs "
                               "deformable_attention; set shared_values to false to ablate deformable attention")

@@ -21,7 +21,7 @@ OPTIONS = [{}, dict(feature_levels=1), dict(deformable_attention=False, encoder_
            dict(feature_levels=4),
            dict(distribution_refinement=True, localization_distillation=True),
            dict(distribution_refinement=True, denoising_groups=2, two_stage=False), dict(matchability_aware=True),
-           ALL_OFF]
+           dict(cross_scale_fusion=True), dict(cross_scale_fusion=True, encoder_levels=1), ALL_OFF]
 
 
 def _tiny(**fields) -> FastDetrConfig:

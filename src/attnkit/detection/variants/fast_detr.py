@@ -4,6 +4,7 @@
                                                         stops after C4, `last_stage=4`, in the `small` preset)
     memory   = Encoder(levels)                          deformable self-attention (linear in pixels)
                updating C4, C5 only (C3 read)            lite_encoder (encoder_levels)
+    memory   = CNN fusion, top-down and bottom-up       cross_scale_fusion (RT-DETR's CCFM)
     boxes_0  = learned anchor boxes                     box_refinement
     h_d      = DecoderLayer_d(h_{d-1}, MLP(sine(boxes_{d-1})), memory sampled around boxes_{d-1})
     boxes_d  = sigmoid(Delta_d(h_d) + sigmoid^-1(boxes_{d-1}))
@@ -18,8 +19,8 @@
 
 Each technique is one module, switched off by one `FastDetrConfig` field (`feature_levels=1`, `last_stage=5`,
 `deformable_attention`, `encoder_levels=3`, `box_refinement`, `focal_loss` and `iou_aware`, `query_groups=1`,
-`two_stage`, `denoising_groups=0`; `distribution_refinement`, `localization_distillation` and `matchability_aware`
-are switched on);
+`two_stage`, `denoising_groups=0`; `cross_scale_fusion`, `distribution_refinement`, `localization_distillation`
+and `matchability_aware` are switched on);
 with all of them off this model computes DETR (`attnkit.detection.detr`) exactly, from the same building blocks.
 Its output is the shared `DetectionOutput` (`logits` in DETR's classes + 1 form, `boxes`, `aux`; `class_logits`,
 the sigmoid form, with the focal loss), so the matcher, post-processing, evaluation and CLI serve it as is; in
@@ -48,6 +49,7 @@ from attnkit.detection.variants.deformable_transformer import (
     DeformableEncoder,
     DeformableEncoderLayer,
 )
+from attnkit.detection.variants.cross_scale_fusion import CrossScaleFusion
 from attnkit.detection.variants.denoising_queries import (
     DenoisingGenerator,
     DenoisingOutput,
@@ -159,10 +161,10 @@ class FastDETR(nn.Module):
     def __init__(self, backbone: MultiScaleJoiner, input_proj: LevelProjection, encoder: nn.Module,
                  decoder: QueryDecoder, num_classes: int, num_queries: int, groups: int = 1, focal: bool = False,
                  aux_loss: bool = True, proposals: EncoderProposals | None = None,
-                 denoising: DenoisingGenerator | None = None) -> None:
+                 denoising: DenoisingGenerator | None = None, fusion: CrossScaleFusion | None = None) -> None:
         super().__init__()
         self.backbone, self.input_proj, self.encoder, self.decoder = backbone, input_proj, encoder, decoder
-        self.proposals, self.denoising = proposals, denoising
+        self.proposals, self.denoising, self.fusion = proposals, denoising, fusion
         self.num_queries, self.groups, self.focal, self.aux_loss = num_queries, groups, focal, aux_loss
         self.class_embed = nn.Linear(decoder.norm.normalized_shape[0], num_classes + (0 if focal else 1))
         if focal:
@@ -174,6 +176,8 @@ class FastDETR(nn.Module):
         targets (per image "labels", "boxes"): read in training by the denoising queries only."""
         levels = self.input_proj(self.backbone(images, mask))
         memory = self.encoder(levels)
+        if self.fusion is not None:
+            memory = self.fusion(memory, levels)
         groups = self.groups if self.training else 1
         self_mask, apart = None, groups  # each group's self-attention apart: the groups stacked along the batch
         denoising = None
@@ -277,7 +281,8 @@ def build_fast_detr(config: FastDetrConfig, backbone_weights: Path | None = None
                                     config.denoising_box_noise) if config.denoising_groups else None)
     return FastDETR(backbone, LevelProjection(backbone.num_channels, d, backbone.made_levels), encoder,
                     QueryDecoder(layers, nn.LayerNorm(d), queries, shared), config.num_classes, config.num_queries,
-                    config.query_groups, config.focal_loss, config.aux_loss, proposals, denoising)
+                    config.query_groups, config.focal_loss, config.aux_loss, proposals, denoising,
+                    CrossScaleFusion(d, levels) if config.cross_scale_fusion else None)
 
 
 def build_fast_criterion(config: FastDetrConfig, train: DetectionTrainConfig) -> FastCriterion:
