@@ -1,5 +1,5 @@
-"""fold_batch_norms: a detector's BatchNorms (the ResNet's, trainable or frozen, and the cross-scale fusion's) folded into its convolutions give the
-same outputs with none left; Detector.from_run serves the folded model."""
+"""fold_batch_norms: a detector's BatchNorms (the ResNet's, trainable or frozen, and the cross-scale fusion's)
+folded into its convolutions give the same outputs with none left; Detector.from_run serves the folded model."""
 
 from __future__ import annotations
 

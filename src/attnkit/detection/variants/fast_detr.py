@@ -44,12 +44,12 @@ from attnkit.detection.detr import detr_transformer
 from attnkit.detection.output import DetectionOutput, SetPrediction
 from attnkit.detection.set_criterion import SetCriterion, build_set_criterion, global_box_count
 from attnkit.detection.variants.box_refinement import AnchorBoxQueries, LayerBoxes, LearnedQueries
+from attnkit.detection.variants.cross_scale_fusion import CrossScaleFusion
 from attnkit.detection.variants.deformable_transformer import (
     DeformableDecoderLayer,
     DeformableEncoder,
     DeformableEncoderLayer,
 )
-from attnkit.detection.variants.cross_scale_fusion import CrossScaleFusion
 from attnkit.detection.variants.denoising_queries import (
     DenoisingGenerator,
     DenoisingOutput,
