@@ -10,7 +10,8 @@ fusion block:
     bottom-up: P_l = Block([Down(P_{l-1}), Lateral(F_l)])      from the finest P_1 = F_1
 
 The block is RT-DETR's CSPRepLayer: two 1x1 branches, one through 3 RepVGG blocks (a 3x3 and a 1x1
-convolution summed), added and projected back; every convolution has BatchNorm and SiLU. Here the
+convolution summed), added and projected back; every convolution has BatchNorm, then SiLU (a RepVGG block's
+after its sum). Here the
 fusion runs on the encoder's output, every level of it, and the decoder and the proposals read the
 fused levels. Widths as RT-DETR-R18's (block expansion 0.5) at the model's d_model.
 """
