@@ -11,9 +11,8 @@ fusion block:
 
 The block is RT-DETR's CSPRepLayer: two 1x1 branches, one through 3 RepVGG blocks (a 3x3 and a 1x1
 convolution summed), added and projected back; every convolution has BatchNorm, then SiLU (a RepVGG block's
-after its sum). Here the
-fusion runs on the encoder's output, every level of it, and the decoder and the proposals read the
-fused levels. Widths as RT-DETR-R18's (block expansion 0.5) at the model's d_model.
+after its sum). Here the fusion runs on the encoder's output, every level of it, and the decoder and the
+proposals read the fused levels. Widths as RT-DETR-R18's (block expansion 0.5) at the model's d_model.
 """
 
 from __future__ import annotations
