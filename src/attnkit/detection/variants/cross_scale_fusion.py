@@ -35,7 +35,7 @@ class ConvNorm(nn.Sequential):
                          nn.BatchNorm2d(out_channels))
         self.activation = activation
 
-    def forward(self, x: Tensor) -> Tensor:  # type: ignore[override]
+    def forward(self, x: Tensor) -> Tensor:
         x = super().forward(x)
         return F.silu(x) if self.activation else x
 
