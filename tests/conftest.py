@@ -92,3 +92,22 @@ def small_coco(tmp_path: Path) -> tuple[Path, Path]:
     ]
     categories = [{"id": 7, "name": "seven"}, {"id": 3, "name": "three"}]
     return write_coco(tmp_path, images, annotations, categories)
+
+
+# ------------------------------------------------------------ BatchNorms that are not the identity
+def randomise_batch_norms(module: torch.nn.Module) -> None:
+    """Every BatchNorm2d's statistics and affine terms moved away from the identity, so that a norm folded,
+    misplaced or left out changes the output."""
+    for norm in module.modules():
+        if isinstance(norm, torch.nn.BatchNorm2d):
+            norm.running_mean.uniform_(-0.5, 0.5)
+            norm.running_var.uniform_(0.5, 2.0)
+            with torch.no_grad():
+                norm.weight.uniform_(0.5, 1.5)
+                norm.bias.uniform_(-0.3, 0.3)
+
+
+@pytest.fixture
+def batch_norm_randomiser():
+    """The `randomise_batch_norms` function."""
+    return randomise_batch_norms

@@ -18,18 +18,12 @@ from attnkit.detection.config import preset, with_arch
 @pytest.mark.parametrize(("arch", "changes"), [("fast", {}), ("detr", {}), ("fast", {"cross_scale_fusion": True})],
                          ids=["fast", "detr", "fast-cross-scale-fusion"])
 @pytest.mark.parametrize("frozen", [False, True])
-def test_folded_batch_norms_give_the_same_outputs(arch, changes, frozen):
+def test_folded_batch_norms_give_the_same_outputs(arch, changes, frozen, batch_norm_randomiser):
     torch.manual_seed(0)
     config = dataclasses.replace(with_arch(preset("small")[0], arch, **changes), num_classes=3)
     model = build_model(config).eval()
     norm = FrozenBatchNorm2d if frozen else nn.BatchNorm2d
-    for module in model.modules():  # statistics and affine terms away from the identity, so folding shows
-        if isinstance(module, nn.BatchNorm2d):
-            module.running_mean.uniform_(-0.5, 0.5)
-            module.running_var.uniform_(0.5, 2.0)
-            with torch.no_grad():
-                module.weight.uniform_(0.5, 1.5)
-                module.bias.uniform_(-0.3, 0.3)
+    batch_norm_randomiser(model)  # statistics and affine terms away from the identity, so folding shows
     if frozen:
         _freeze(model)
     assert any(isinstance(m, norm) for m in model.modules())

@@ -3,7 +3,6 @@ passes, no attention layer) with the same weights, and shape-keeping on levels t
 
 import pytest
 import torch
-from torch import nn
 from torch.testing import assert_close
 
 from attnkit.detection.config import FastDetrConfig
@@ -13,19 +12,8 @@ from attnkit.errors import ConfigError
 D = 16
 
 
-def _randomise_norms(module: nn.Module) -> None:
-    """BatchNorm statistics and affine terms away from the identity, so a misplaced norm shows."""
-    for norm in module.modules():
-        if isinstance(norm, nn.BatchNorm2d):
-            norm.running_mean.uniform_(-0.5, 0.5)
-            norm.running_var.uniform_(0.5, 2.0)
-            with torch.no_grad():
-                norm.weight.uniform_(0.5, 1.5)
-                norm.bias.uniform_(-0.3, 0.3)
-
-
 @pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
-def test_matches_rt_detr_hybrid_encoder_fusion(train):
+def test_matches_rt_detr_hybrid_encoder_fusion(train, batch_norm_randomiser):
     transformers = pytest.importorskip("transformers")
     from transformers.models.rt_detr.modeling_rt_detr import RTDetrHybridEncoder
 
@@ -33,7 +21,7 @@ def test_matches_rt_detr_hybrid_encoder_fusion(train):
     config = transformers.RTDetrConfig(encoder_hidden_dim=D, encoder_in_channels=[D] * 3, encode_proj_layers=[],
                                        encoder_layers=0, hidden_expansion=0.5, activation_function="silu")
     theirs = RTDetrHybridEncoder(config)
-    _randomise_norms(theirs)
+    batch_norm_randomiser(theirs)
     ours = CrossScaleFusion(D, 3)
     renamed = {k.replace(".conv.", ".0.").replace(".norm.", ".1."): v for k, v in theirs.state_dict().items()}
     ours.load_state_dict(renamed, strict=True)  # every weight has its counterpart, and no other
