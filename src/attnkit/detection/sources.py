@@ -19,6 +19,7 @@ from attnkit.detection.shapes import ShapesConfig, write_shapes
 from attnkit.errors import ConfigError, DataError
 
 EXPLICIT = "explicit"  # the run config's `data` when the user named --images/--annotations
+BUILT_IN = ("shapes", "crowd")  # generated into the run folder (under data/), once it exists; shapes' classes
 
 
 def split_paths(data: str | None, split: str, run: Path, shapes: ShapesConfig,

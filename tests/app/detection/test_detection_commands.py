@@ -151,3 +151,18 @@ def test_bad_data_leaves_no_run_folder(tmp_path, coco_writer):
     result = invoke("train", "detection", "--data", "shapes", "--out", out, "--backbone-weights", tmp_path / "no.pth")
     assert result.exit_code == 2 and "no.pth" in result.output
     assert not out.exists()
+
+
+def test_train_on_the_built_in_crowd_set_into_a_new_folder(tmp_path, monkeypatch):
+    """`--data crowd` writes its images into the new run folder, after making it (it was written first, and the
+    run then refused the folder as not empty)."""
+    from attnkit.detection import crowd, sources
+
+    monkeypatch.setattr(sources, "write_crowd", lambda out: crowd.write_crowd(out, train_images=4, val_images=2))
+    out = tmp_path / "run"
+    result = invoke("train", "detection", "--data", "crowd", "--out", out, "--steps", "1", "--preset", "tiny",
+                    "--eval-every-minutes", "10")
+    assert result.exit_code == 0, result.output
+    config = json.loads((out / "config.json").read_text())
+    assert config["data"] == "crowd" and config["class_names"][0] == "circle" and config["shapes"] == {}
+    assert (out / "data" / "crowd" / "annotations" / "instances_train.json").is_file()

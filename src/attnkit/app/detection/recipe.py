@@ -32,7 +32,7 @@ from attnkit.detection.data import CocoAnnotations, CocoDetection
 from attnkit.detection.evaluate import evaluate_detector
 from attnkit.detection.layouts import read_split
 from attnkit.detection.shapes import CLASSES, ShapesConfig
-from attnkit.detection.sources import EXPLICIT, open_split, split_paths
+from attnkit.detection.sources import BUILT_IN, EXPLICIT, open_split, split_paths
 from attnkit.detection.transforms import collate, eval_transforms, train_transforms
 from attnkit.errors import CheckpointError, ConfigError, DataError, refuse_changes
 from attnkit.storage import RunFolder
@@ -124,9 +124,9 @@ def resolve_config(request: DetectionRequest, init: Path | None) -> DetectionCon
     if init is not None:  # the architecture and sizes of the run fine-tuned from; `--set model.*` still applies
         model = DetectionConfig.from_dict(RunFolder.open(Path(init), "detection").config).model
     config = override(DetectionConfig(model, train, preset=name), assignments)
-    if request.data == "shapes" and request.train_paths[0] is None:
+    if request.data in BUILT_IN and request.train_paths[0] is None:  # nothing written before the run folder
         names, ids = tuple(CLASSES), tuple(range(1, len(CLASSES) + 1))
-        source, shapes_fields = "shapes", asdict(shapes)
+        source, shapes_fields = request.data, asdict(shapes) if request.data == "shapes" else {}
     else:
         coco = read_split(split_paths(request.data, "train", out, shapes, *request.train_paths),
                           keep_raw=False, skip_bad=request.skip_bad_images)
@@ -148,14 +148,14 @@ def _init_weights(config: DetectionConfig, init: Path) -> InitWeights:
 
 def _open_run(request: DetectionRequest, config: DetectionConfig,
               start: InitWeights | None) -> tuple[RunFolder, CocoDetection, CocoDetection]:
-    """The run folder (created by rank 0, with the `shapes` images), the training and the validation split."""
+    """The run folder (created by rank 0, with a built-in set's images), the training and the validation split."""
     shapes = ShapesConfig(**config.shapes) if config.data == "shapes" else request.shapes
-    with distributed.main_first():  # rank 0 creates OUT (and writes `shapes` there); the others read it
-        if config.data != "shapes":  # read the user's data before creating the run folder
+    with distributed.main_first():  # rank 0 creates OUT (and writes a built-in set there); the others read it
+        if config.data not in BUILT_IN:  # read the user's data before creating the run folder
             train_set, val_set = _open_splits(config, request.out, shapes, request)
         run = RunFolder.create(request.out, "detection", _document(config, request, start), resume=request.resume) \
             if distributed.is_main() else RunFolder.open(request.out, "detection")
-        if config.data == "shapes":
+        if config.data in BUILT_IN:
             train_set, val_set = _open_splits(config, run.path, shapes, request)
     if request.skip_bad_images and distributed.is_main():
         write_skipped(run.path / "skipped.json", {"train": train_set, "val": val_set})
