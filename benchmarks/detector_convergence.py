@@ -26,6 +26,8 @@ fields of `DetrConfig` differ:
     fast-mal             fast with DEIM's matchability-aware loss in place of the varifocal loss
     fast-fusion          fast with RT-DETR's CNN cross-scale fusion after the encoder
     fast-hybrid          fast-fusion with the encoder on C5 alone: RT-DETR's hybrid encoder
+    fast-mosaic          fast with half the training images mosaics of four until the lr drop
+                         (DEIM's dense one-to-one matching)
 
 Datasets: `shapes` (built in: 5 filled shape classes, 0-4 objects, 128 px square images) and
 `marks`, written here in COCO layout and read like any user dataset: 4 other object kinds (rings,
@@ -77,6 +79,7 @@ VARIANTS = {
     "fast-mal": ["model.arch=fast", "model.matchability_aware=true"],
     "fast-fusion": ["model.arch=fast", "model.cross_scale_fusion=true"],
     "fast-hybrid": ["model.arch=fast", "model.cross_scale_fusion=true", "model.encoder_levels=1"],
+    "fast-mosaic": ["model.arch=fast", "train.mosaic=0.5"],
 }
 MARKS = ("ring", "cross", "bar", "dot")
 

@@ -223,12 +223,17 @@ class Arm:
         self.clock, self.per_second = time.process_time, 1.0 / threads
 
     def next_batch(self):
-        from attnkit.app.detection.recipe import epoch_refs, load_batch
+        from attnkit.app.detection.recipe import load_batch
 
         if not self.queue:
-            self.queue = epoch_refs(len(self.train_set), self.batch_size, self.seed, self.epoch)
+            self.queue = self.epoch_batches(self.epoch)
             self.epoch += 1
         return load_batch(self.train_set, self.queue.pop(0))
+
+    def epoch_batches(self, epoch: int) -> list:
+        from attnkit.app.detection.recipe import epoch_refs
+
+        return epoch_refs(len(self.train_set), self.batch_size, self.seed, epoch)
 
     def train_for(self, seconds: float) -> None:
         """Training steps until SECONDS more of this arm's time (or its budget) are spent."""
@@ -258,7 +263,6 @@ class Arm:
                 "steps": self.steps, "epoch": self.epoch, "batches_left": len(self.queue), "points": self.points}
 
     def restore(self, state: dict) -> None:
-        from attnkit.app.detection.recipe import epoch_refs
         from attnkit.training.checkpointing import lay_out_like_parameters
 
         self.model.load_state_dict(state["model"])
@@ -267,7 +271,7 @@ class Arm:
         self.spent, self.steps, self.epoch = state["spent"], state["steps"], state["epoch"]
         self.points = state["points"]
         left = state["batches_left"]  # the epoch's batches follow from (seed, epoch): its last LEFT are still due
-        epoch = epoch_refs(len(self.train_set), self.batch_size, self.seed, self.epoch - 1) if left else []
+        epoch = self.epoch_batches(self.epoch - 1) if left else []
         self.queue = epoch[len(epoch) - left:]
 
 
@@ -282,6 +286,10 @@ class AttnkitArm(Arm):
                          budget_s, amp)
         self.optimizer, self.lr_drop = self.task.optimizer, config.train.lr_drop
         self.base = [g["lr"] for g in self.optimizer.param_groups]
+
+    def epoch_batches(self, epoch: int) -> list:
+        self.task.budget_spent = self.spent / self.budget_s  # (mosaics end at the lr drop: `train.mosaic`)
+        return self.task.batches(epoch)
 
     def set_lr(self) -> None:
         factor = self.task.lr_factor(self.steps, self.spent / self.budget_s)

@@ -246,6 +246,7 @@ class DetectionTrainConfig:
     accumulate: int = 1  # batches per optimizer step: each step sees batch_size x accumulate x processes images
     amp: Literal["auto", "off", "bf16", "fp16"] = "auto"  # autocast; auto: bf16 on CUDA and CPUs with native bf16
     ema_decay: float | None = None  # a moving average of the weights, weights/ema (`attnkit.training.ema`)
+    mosaic: float = 0.0  # the probability that a training image is a mosaic of four, until the lr drop (DEIM)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "train_scales", tuple(int(s) for s in self.train_scales))
@@ -266,6 +267,9 @@ class DetectionTrainConfig:
             raise ConfigError(f"max_size ({self.max_size}) must be at least the largest scale")
         if not 0 < self.crop_min_fraction <= 1:
             raise ConfigError(f"crop_min_fraction must be in (0, 1], got {self.crop_min_fraction}")
+        if not 0 <= self.mosaic <= 1:
+            raise ConfigError(f"mosaic is the probability that a training image is a mosaic, in [0, 1], got "
+                              f"{self.mosaic}")
         if self.ema_decay is not None and not 0.0 < self.ema_decay < 1.0:
             raise ConfigError(f"ema_decay must be between 0 and 1 (e.g. 0.999), or none, got {self.ema_decay}")
         if not 0 <= self.focal_alpha <= 1 or self.focal_gamma < 0:

@@ -302,6 +302,11 @@ class CocoDetection(torch.utils.data.Dataset):
         return pil
 
     def __getitem__(self, index: int) -> Sample:
+        image, target = self.sample(index)
+        return self.transforms(image, target) if self.transforms is not None else (image, target)
+
+    def sample(self, index: int) -> Sample:
+        """Sample INDEX as annotated, before `transforms` (a mosaic's pieces: `attnkit.detection.mosaic`)."""
         record = self.coco.records[index]
         pil = self.read(index)
         image = tv_tensors.Image(torch.frombuffer(bytearray(pil.tobytes()), dtype=torch.uint8)
@@ -313,6 +318,4 @@ class CocoDetection(torch.utils.data.Dataset):
             "image_id": record.image_id,
             "orig_size": torch.tensor([record.height, record.width]),
         }
-        if self.transforms is not None:
-            image, target = self.transforms(image, target)
         return image, target

@@ -31,6 +31,7 @@ from attnkit.detection.config import DetectionConfig, check_kept, override, pres
 from attnkit.detection.data import CocoAnnotations, CocoDetection
 from attnkit.detection.evaluate import evaluate_detector
 from attnkit.detection.layouts import read_split
+from attnkit.detection.mosaic import Mosaic, training_sample
 from attnkit.detection.shapes import CLASSES, ShapesConfig
 from attnkit.detection.sources import BUILT_IN, EXPLICIT, open_split, split_paths
 from attnkit.detection.transforms import collate, eval_transforms, train_transforms
@@ -220,19 +221,21 @@ def _describe(task: DetectionTask, loop: LoopConfig, start: InitWeights | None) 
 
 @dataclass(frozen=True)
 class BatchRef:
-    """Which images make a batch, and the seed of their augmentation; batch `position` of `epoch`."""
+    """Which images make a batch, and the seed of their augmentation; batch `position` of `epoch`; `mosaic`: how
+    its images may become mosaics (`attnkit.detection.mosaic`), None: never."""
     indices: tuple[int, ...]
     seed: int
     epoch: int = 0
     position: int = 0
+    mosaic: Mosaic | None = None
 
 
-def epoch_refs(size: int, batch_size: int, seed: int, epoch: int) -> list[BatchRef]:
+def epoch_refs(size: int, batch_size: int, seed: int, epoch: int, mosaic: Mosaic | None = None) -> list[BatchRef]:
     """The batches of one epoch: a seeded shuffle of the dataset, cut into `batch_size` pieces."""
     generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
     order = torch.randperm(size, generator=generator).tolist()
-    return [BatchRef(tuple(order[i:i + batch_size]), seed * 1_000_003 + epoch * 10_007 + i, epoch, i // batch_size)
-            for i in range(0, size, batch_size)]
+    return [BatchRef(tuple(order[i:i + batch_size]), seed * 1_000_003 + epoch * 10_007 + i, epoch, i // batch_size,
+                     mosaic) for i in range(0, size, batch_size)]
 
 
 def load_batch(dataset: CocoDetection, ref: BatchRef) -> Loaded:
@@ -242,7 +245,7 @@ def load_batch(dataset: CocoDetection, ref: BatchRef) -> Loaded:
         state = random.getstate()
         random.seed(ref.seed)
         try:
-            return collate([dataset[i] for i in ref.indices])
+            return collate([training_sample(dataset, i, ref.mosaic) for i in ref.indices])
         finally:
             random.setstate(state)
 
@@ -284,6 +287,7 @@ class DetectionTask:
                  eval_batch_size: int = 8, workers: int = 0, init: dict[str, Tensor] | None = None) -> None:
         """init: initial weights to load over the fresh model (`attnkit.app.interop.finetune.init_weights`)."""
         self.config, self.train_set, self.val_set, self.workers = config, train_set, val_set, workers
+        self.budget_spent = 0.0  # as `lr_factor` last heard it
         self.device, self.eval_batch_size = torch.device(device), eval_batch_size
         torch.manual_seed(config.train.seed)  # the same initial weights in every process (and every run)
         self.model = build_model(config.model, backbone_weights)
@@ -303,13 +307,19 @@ class DetectionTask:
 
     def lr_factor(self, step: int, budget_spent: float) -> float:
         """Both learning rates divided by 10 once `lr_drop` of the budget is spent (lr_drop 1: never)."""
+        self.budget_spent = budget_spent  # the schedule's view of the budget, which ends the mosaics too
+        return 0.1 if self.dropped() else 1.0
+
+    def dropped(self) -> bool:
         lr_drop = self.config.train.lr_drop
-        return 0.1 if lr_drop < 1 and budget_spent >= lr_drop else 1.0
+        return lr_drop < 1 and self.budget_spent >= lr_drop
 
     def batches(self, epoch: int) -> list[BatchRef]:
-        """The epoch's batches, as references: skipping them (on resume) loads nothing."""
+        """The epoch's batches, as references: skipping them (on resume) loads nothing. Mosaics (`train.mosaic`)
+        until the learning rates drop: the epochs that start after it have none."""
         train = self.config.train
-        return epoch_refs(len(self.train_set), train.batch_size, train.seed, epoch)
+        mosaic = Mosaic(train.mosaic, self.config.model.num_queries) if train.mosaic and not self.dropped() else None
+        return epoch_refs(len(self.train_set), train.batch_size, train.seed, epoch, mosaic)
 
     def load(self, refs: Sequence[BatchRef]) -> Iterator[Loaded]:
         """The batches REFS name, in order; with workers, DataLoader processes read ahead through them."""
