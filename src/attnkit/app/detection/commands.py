@@ -11,7 +11,7 @@ from attnkit.app.cli import app, data_app, eval_app, train_app
 from attnkit.app.devices import resolve_device
 from attnkit.errors import ConfigError, user_errors
 
-DATA_HELP = ("shapes (built in) or a dataset folder, its layout found: COCO (train2017/, val2017/, "
+DATA_HELP = ("shapes or crowd (built in), or a dataset folder, its layout found: COCO (train2017/, val2017/, "
              "annotations/instances_*.json), YOLO (data.yaml) or Pascal VOC (Annotations/, JPEGImages/, ImageSets/).")
 
 
@@ -24,8 +24,8 @@ def train_detection(
     annotations: Path = typer.Option(None, "--annotations", help="Training instances_*.json."),
     val_images: Path = typer.Option(None, "--val-images", help="Validation image folder."),
     val_annotations: Path = typer.Option(None, "--val-annotations", help="Validation instances_*.json."),
-    preset: str = typer.Option(None, "--preset", help="small (the default; 2 CPU cores, 96 px), medium (320 px, "
-                               "wider), detr-r50 (the paper) or tiny."),
+    preset: str = typer.Option(None, "--preset", help="small (the default; 2 CPU cores, 96 px), medium (small at "
+                               "320 px, 30 queries), detr-r50 (the paper) or tiny."),
     arch: str = typer.Option(None, "--arch", help="Detector architecture: fast (the small preset's) or detr (the "
                              "paper's; the other presets')."),
     backbone_weights: Path = typer.Option(None, "--backbone-weights",
