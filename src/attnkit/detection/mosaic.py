@@ -1,13 +1,13 @@
-"""Dense one-to-one matching by mosaics (Huang et al. 2025, DEIM, section 3.1; Bochkovskiy et al. 2020, YOLOv4).
+"""Dense one-to-one matching by mosaics (Huang et al. 2025, DEIM, section 3.2; Bochkovskiy et al. 2020, YOLOv4).
 
 One-to-one matching gives each object one positive query, so an image with few objects trains few
 queries towards objects. DEIM raises the number of objects per training image instead of the
 number of matches per object: with some probability an image is replaced by a mosaic, itself and
 three random others at the same scale on a 2 x 2 canvas, moved and scaled at random (an affine of
-translation +-10% and scale 0.5-1.5, no rotation: DEIM's defaults), then augmented and resized
+translation +-10% and scale 0.5-1.5; no rotation, which loosens axis-aligned boxes), then augmented and resized
 like any image, so each quarter and its objects end at about half their size. A mosaic with more
 objects than the model has queries is not made (DEIM skips those above 75 of 300 queries). The
-mosaics stop at the learning-rate drop: the last part of a run sees the images as evaluation does
+mosaics stop at the learning-rate drop, so the last part of a run trains on single images again
 (DEIM turns them off for its last epochs).
 """
 
