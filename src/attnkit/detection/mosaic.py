@@ -21,7 +21,6 @@ from typing import Any
 import torch
 from torchvision import tv_tensors
 from torchvision.transforms import v2
-from torchvision.transforms.v2 import functional as F
 
 from attnkit.detection.data import CocoDetection, Sample
 
@@ -43,8 +42,9 @@ def training_sample(dataset: CocoDetection, index: int, mosaic: Mosaic | None) -
         return dataset[index]
     samples = [dataset.sample(i) for i in (index, *(random.randrange(len(dataset)) for _ in range(3)))]
     if sum(len(target["labels"]) for _, target in samples) > mosaic.max_objects:
-        return dataset[index]
-    image, target = shift_and_scale(*tile(samples))
+        image, target = samples[0]  # already read: not decoded twice
+    else:
+        image, target = shift_and_scale(*tile(samples))
     return dataset.transforms(image, target) if dataset.transforms is not None else (image, target)
 
 
@@ -69,8 +69,6 @@ def tile(samples: Sequence[Sample]) -> Sample:
 
 
 def shift_and_scale(image: tv_tensors.Image, target: dict[str, Any]) -> Sample:
-    """DEIM's random affine of a mosaic (translation and scale, fill 0); boxes that leave the canvas are clipped
-    (and dropped, with their labels, by the training transforms' `SanitizeBoundingBoxes`)."""
-    image, target = v2.RandomAffine(degrees=0, translate=TRANSLATE, scale=SCALE)(image, target)
-    target["boxes"] = F.clamp_bounding_boxes(target["boxes"])
-    return image, target
+    """DEIM's random affine of a mosaic (translation and scale, fill 0); torchvision clips the boxes to the canvas,
+    and the training transforms' `SanitizeBoundingBoxes` drops those left empty, with their labels."""
+    return v2.RandomAffine(degrees=0, translate=TRANSLATE, scale=SCALE)(image, target)
