@@ -91,6 +91,28 @@ def test_the_schedule_gets_the_fraction_of_the_budget_each_update_completes(tmp_
     assert_close(rates, [1e-2] * half + [1e-3] * (steps - half), rtol=1e-6, atol=0)
 
 
+class Drawing(Schedule):
+    """The schedule's toy task, remembering the last fraction it had heard of when each epoch was drawn."""
+
+    def __init__(self, **options) -> None:
+        super().__init__(**options)
+        self.drawn_after: list[float] = []
+
+    def batches(self, epoch: int):
+        self.drawn_after.append(self.asked[-1][1] if self.asked else 0.0)
+        return super().batches(epoch)
+
+
+def test_a_resumed_run_tells_the_task_where_the_budget_stands_before_drawing_batches(tmp_path):
+    """A task that draws its batches by the budget (mosaics until the learning-rate drop) must not see a
+    fresh run's 0 on resume: 4 steps of 6 are spent, so the first epoch drawn is drawn after the drop."""
+    Trainer(Schedule(lr=1e-2), RunFolder.create(tmp_path / "run", "toy", {}), Budget(steps=4), QUIET,
+            progress=False).fit()
+    task = Drawing(lr=1e-2)
+    Trainer(task, RunFolder.open(tmp_path / "run"), Budget(steps=6), QUIET, progress=False).fit(resume=True)
+    assert task.drawn_after[0] == pytest.approx(4 / 6)
+
+
 def test_the_fraction_of_the_budget_is_the_largest_of_steps_epochs_and_minutes():
     assert spent_fraction(Budget(steps=8), 2, elapsed_s=1e6, epoch_steps=None) == 0.25
     assert spent_fraction(Budget(minutes=10), 2, elapsed_s=150.0, epoch_steps=None) == 0.25

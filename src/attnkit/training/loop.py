@@ -107,6 +107,9 @@ class Trainer:
         with distributed.main_first():  # rank 0 repairs the run folder before the others read it
             self.state = self.checkpoints.restore() if resume else LoopState(world_size=distributed.world_size())
         self._started, self._elapsed_before = time.monotonic(), self.state.elapsed_s
+        if resume:  # the task hears where the budget stands before it draws the first epoch's batches
+            self.budget_spent = spent_fraction(self.budget, self.state.step, self.state.elapsed_s, None)
+            self.task.lr_factor(self.state.step, self.budget_spent)
         self._last_eval_time = self._last_checkpoint_time = self._window_time = time.monotonic()
         stream = BatchStream(self.task, self.state, self.budget.epochs)
         progress = Progress(self.budget.steps, self.state.step, self.task.items_name,
