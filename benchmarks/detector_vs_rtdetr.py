@@ -280,11 +280,14 @@ class AttnkitArm(Arm):
 
     def __init__(self, config, train_set, val_set, budget_s: float, amp: bool) -> None:
         from attnkit.app.detection.recipe import DetectionTask
+        from attnkit.training.ema import WeightsEma
 
         self.task = DetectionTask(config, train_set, val_set)
         super().__init__("attnkit", self.task.model, train_set, val_set, config.train.batch_size, config.train.seed,
                          budget_s, amp)
         self.optimizer, self.lr_drop = self.task.optimizer, config.train.lr_drop
+        decay = config.train.ema_decay
+        self.ema = WeightsEma(self.model, decay) if decay is not None else None
         self.base = [g["lr"] for g in self.optimizer.param_groups]
 
     def epoch_batches(self, epoch: int) -> list:
@@ -299,8 +302,29 @@ class AttnkitArm(Arm):
     def loss(self, images, mask, targets):
         return self.task.train_step(self.model, (images, mask, targets))["loss"]
 
+    def after_step(self) -> None:
+        if self.ema is not None:
+            self.ema.update(self.model)
+
+    def state(self) -> dict:
+        return {**super().state(), **({"ema": self.ema.state_dict()} if self.ema is not None else {})}
+
+    def restore(self, state: dict) -> None:
+        super().restore(state)
+        if self.ema is not None:
+            self.ema.load_state_dict(state["ema"])
+
     def evaluate(self) -> dict:
-        return {"AP": self.task.evaluate()["AP"]}
+        """The model's AP, and with the preset's EMA (`train.ema_decay`) the better of it and the average's, as
+        `attnkit train detection` keeps the better in weights/best (and as RT-DETR's arm is scored)."""
+        from attnkit.training.ema import weights_swapped
+
+        raw = self.task.evaluate()["AP"]
+        if self.ema is None:
+            return {"AP": raw}
+        with torch.no_grad(), weights_swapped(self.model, self.ema.weights()):
+            ema = self.task.evaluate()["AP"]
+        return {"AP": max(raw, ema), "AP_raw": raw, "AP_ema": ema}
 
 
 class Recipe(NamedTuple):
@@ -524,7 +548,8 @@ def contest_result(args, config, amp: bool, arms: list[Arm], resumed: Sequence[d
 
 
 def contest_table(result: dict) -> list[str]:
-    """attnkit's AP and steps at each point, and each RT-DETR's (the better of raw and EMA) with attnkit's ratio."""
+    """attnkit's AP and steps at each point, and each RT-DETR's (the better of raw and EMA, as attnkit's with an
+    EMA) with attnkit's ratio."""
     (a, ours), *others = result["arms"].items()
     lines = [f"{result['dataset']}, {result['size']} px, `{result['preset']}` ({ours['parameters'] / 1e6:.1f}M) vs "
              + ", ".join(f"{b} ({theirs['parameters'] / 1e6:.1f}M)" for b, theirs in others)
@@ -539,7 +564,8 @@ def contest_table(result: dict) -> list[str]:
             cells += (["-", "-"] if q is None else
                       [f"{q['AP']:.3f} ({q['AP_raw']:.3f} / {q['AP_ema']:.3f}; {q['steps']})",
                        f"{p['AP'] / q['AP']:.1f}x" if q["AP"] > 0 else "-"])
-        lines.append(f"| {p['minutes']:.1f} | {p['AP']:.3f} ({p['steps']}) | " + " | ".join(cells) + " |")
+        own = f" (raw {p['AP_raw']:.3f} / EMA {p['AP_ema']:.3f})" if "AP_ema" in p else ""
+        lines.append(f"| {p['minutes']:.1f} | {p['AP']:.3f}{own} ({p['steps']}) | " + " | ".join(cells) + " |")
     return lines
 
 

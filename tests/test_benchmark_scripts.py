@@ -111,7 +111,8 @@ def test_rtdetr_contest_saved_after_a_point_goes_on_where_each_arm_was(tmp_path,
         arm.points.append({"minutes": 0.02, "steps": arm.steps, "AP": 0.5, "AP_raw": 0.5, "AP_ema": 0.4})
     table = script.contest_table(script.contest_result(args, config, amp, arms))
     assert "| attnkit AP (steps) | shrunk AP (raw / EMA; steps) | ratio |" in table[2]
-    assert table[-1] == f"| 0.0 | 0.500 ({arms[0].steps}) | 0.500 (0.500 / 0.400; {arms[1].steps}) | 1.0x |"
+    assert table[-1] == (f"| 0.0 | 0.500 (raw 0.500 / EMA 0.400) ({arms[0].steps}) | 0.500 (0.500 / 0.400; "
+                         f"{arms[1].steps}) | 1.0x |")
     path = script.contest_state_path(args)
     script.save_contest(path, args, config, 3, arms, [])
     assert script.load_contest_minutes(path) == {arm.name: round(arm.spent / 60, 2) for arm in arms}
@@ -138,6 +139,8 @@ def test_rtdetr_contest_saved_after_a_point_goes_on_where_each_arm_was(tmp_path,
     assert again[1].ema.updates == arms[1].ema.updates > 0
     assert all(torch.equal(a, b) for a, b in zip(arms[1].ema.module.state_dict().values(),
                                                   again[1].ema.module.state_dict().values()))
+    assert again[0].ema.updates == arms[0].ema.updates == arms[0].steps  # attnkit's, the preset's (train.ema_decay)
+    assert all(torch.equal(a, b) for a, b in zip(arms[0].ema.weights().values(), again[0].ema.weights().values()))
 
     other = script.parse_args(["train", "--quick", "--rtdetr", "shrunk", "--out", str(tmp_path), "--resume",
                                "--chunk", "7"])

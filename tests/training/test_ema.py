@@ -12,7 +12,7 @@ from attnkit.errors import ConfigError
 from attnkit.storage import RunFolder, read_weights
 from attnkit.training import Budget, LoopConfig, Trainer
 
-DECAY = 0.9
+DECAY = 0.5  # reached at the 8th update: the warm-up (2/11, 3/12, ...) before it, the decay after
 CONFIG = LoopConfig(log_every_steps=2, eval_every_steps=3, checkpoint_every_steps=2, checkpoint_every_minutes=None,
                     average_last=0, ema_decay=DECAY)
 
@@ -39,11 +39,12 @@ def train(path, steps: int, resume: bool = False) -> tuple[Recording, RunFolder,
 
 
 def test_the_ema_is_the_hand_computed_average_of_the_weights_after_each_step(tmp_path):
-    task, run, trainer = train(tmp_path / "run", steps=5)
+    task, run, trainer = train(tmp_path / "run", steps=12)
     after = task.seen[1:] + [task.model.state_dict()]  # the weights after steps 1..5
     expected = {name: tensor.double() for name, tensor in after[0].items()}  # W_ema starts at step 1's weights
-    for weights in after[1:]:
-        expected = {name: DECAY * expected[name] + (1 - DECAY) * weights[name].double() for name in expected}
+    for n, weights in enumerate(after[1:], start=1):  # TensorFlow's warm-up: d_n = min(decay, (1 + n) / (10 + n))
+        decay = min(DECAY, (1 + n) / (10 + n))
+        expected = {name: decay * expected[name] + (1 - decay) * weights[name].double() for name in expected}
     saved = read_weights(run.ema_weights)[0]
     for name, tensor in expected.items():
         assert_close(saved[name], tensor.float(), msg=lambda m, name=name: f"{name}: {m}")
@@ -73,3 +74,19 @@ def test_resume_continues_the_same_average_bit_for_bit(tmp_path):
 def test_a_decay_outside_0_1_is_refused(decay):
     with pytest.raises(ConfigError, match="ema_decay"):
         LoopConfig(ema_decay=decay)
+
+
+@pytest.mark.parametrize("lr, winner", [(1e-2, "model"), (1.0, "ema")])  # 1.0: the model's loss jumps about
+def test_weights_best_holds_whichever_of_the_model_and_the_average_scored_best(tmp_path, lr, winner):
+    torch.manual_seed(99)
+    task, run = ToyRegression(lr=lr), RunFolder.create(tmp_path / "run", "toy", {})
+    Trainer(task, run, Budget(steps=12), CONFIG, progress=False).fit()
+    scores = [(r[key], r["step"], key) for r in run.metrics() if r["split"] == "valid" for key in ("loss", "ema_loss")]
+    best, step, key = min(scores)
+    weights, metadata = read_weights(run.best_weights)
+    assert (metadata["loss"], metadata["step"], metadata["weights"]) == (best, step, winner)
+    assert key == ("ema_loss" if winner == "ema" else "loss")
+    model = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Dropout(0.2), nn.Linear(8, 1)).eval()
+    model.load_state_dict(weights)
+    with torch.no_grad():  # the saved weights score what was logged for them
+        assert_close(float(nn.functional.mse_loss(model(task.x_valid), task.y_valid)), best)

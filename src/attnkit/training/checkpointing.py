@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import Tensor
 from torch.optim.lr_scheduler import LRScheduler
 
 from attnkit.errors import CheckpointError
@@ -54,10 +55,10 @@ class Checkpoints:
     def save_state(self, state: LoopState) -> None:
         self.run.save_state(state.step, self._training_state(state), keep=self.config.keep_states)
 
-    def save_best(self, state: LoopState, metric: str) -> None:
-        """weights/best: the model now, which scored `state.best_value` on METRIC."""
-        save_weights(self.run.best_weights, self.task.model.state_dict(),
-                     {"kind": self.run.kind, "step": state.step, metric: state.best_value})
+    def save_best(self, state: LoopState, metric: str, weights: dict[str, Tensor], source: str) -> None:
+        """weights/best: WEIGHTS, which scored `state.best_value` on METRIC; SOURCE: "model" or "ema"."""
+        save_weights(self.run.best_weights, weights,
+                     {"kind": self.run.kind, "step": state.step, metric: state.best_value, "weights": source})
 
     def write_average(self) -> None:
         snapshots = self.run.snapshots()[-self.config.average_last:] if self.config.average_last >= 2 else []

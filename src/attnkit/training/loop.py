@@ -17,7 +17,8 @@ optimizer, the data and what one step means; the loop supplies everything else:
     at the end (`checkpointing.py`): weights/last, weights/best (by the task's `best_metric`),
     weights/average and the training state;
   - with `ema_decay`, a moving average of the weights updated after every optimizer step (`ema.py`),
-    validated too (logged as ema_<metric>) and saved as weights/ema and in the training state;
+    validated too (logged as ema_<metric>) and saved as weights/ema and in the training state; weights/best
+    is then whichever of the model and the average scored best (its metadata says which);
   - once it stops, the `at_end` callbacks (`callbacks.py`: RUN/curves.png by default; the command
     line adds the run report);
   - stops on the budget (steps, epochs or minutes, whichever comes first) or on Ctrl-C: the step
@@ -322,7 +323,7 @@ class Trainer:
         model.eval()
         with isolated_rng(), torch.no_grad():
             metrics = _scalars(self.task.evaluate())
-        if self.ema is not None:  # the average's scores beside the model's; weights/best still follows the model
+        if self.ema is not None:  # the average's scores beside the model's; weights/best is the better of the two
             with isolated_rng(), torch.no_grad(), weights_swapped(model, self.ema.weights()):
                 metrics |= {f"ema_{key}": value for key, value in _scalars(self.task.evaluate()).items()}
         model.train()
@@ -334,12 +335,18 @@ class Trainer:
         if self.best_metric not in metrics:
             progress.warn(f"no {self.best_metric!r} among the validation metrics, so weights/best is not written")
             return
-        value = metrics[self.best_metric]
-        better = state.best_value is None or (value > state.best_value if self.best_mode == "max"
-                                              else value < state.best_value)
-        if math.isfinite(value) and better:
+        value, source = metrics[self.best_metric], "model"
+        ema_value = metrics.get(f"ema_{self.best_metric}")
+        if ema_value is not None and math.isfinite(ema_value) and not self._better_or_equal(value, ema_value):
+            value, source = ema_value, "ema"  # the average scored better: weights/best holds it
+        if math.isfinite(value) and (state.best_value is None or not self._better_or_equal(state.best_value, value)):
             state.best_value, state.best_step = value, state.step
-            self.checkpoints.save_best(state, self.best_metric)
+            weights = self.ema.weights() if source == "ema" and self.ema is not None else model.state_dict()
+            self.checkpoints.save_best(state, self.best_metric, weights, source)
+
+    def _better_or_equal(self, value: float, other: float) -> bool:
+        """VALUE of the best metric is at least as good as OTHER (False if VALUE is not finite)."""
+        return math.isfinite(value) and (value >= other if self.best_mode == "max" else value <= other)
 
     def _checkpoint(self) -> None:
         self.state.elapsed_s = self.elapsed

@@ -126,21 +126,23 @@ def _metrics_section(run: RunFolder) -> str:
         parts.append(f"<p>Validation at step {valid[-1]['step']}:</p>" + _table([_numbers(valid[-1])]))
         best = _best(run)
         if best is not None:
-            name, value, step = best
-            parts.append(f"<p>Best {html.escape(name)}: <b>{value:.4g}</b> at step {step} "
+            name, value, step, source = best
+            of = " of the moving average" if source == "ema" else ""
+            parts.append(f"<p>Best {html.escape(name)}: <b>{value:.4g}</b> at step {step}{of} "
                          f"(weights/best.safetensors).</p>")
     if train:
         parts.append(f"<p>Training at step {train[-1]['step']}:</p>" + _table([_numbers(train[-1])]))
     return "\n".join(parts)
 
 
-def _best(run: RunFolder) -> tuple[str, float, int] | None:
-    """(metric, value, step) as the training loop wrote them into weights/best's metadata; None without one."""
+def _best(run: RunFolder) -> tuple[str, float, int, str] | None:
+    """(metric, value, step, "model" or "ema") as the training loop wrote them into weights/best's metadata;
+    None without one."""
     if not run.best_weights.is_file():
         return None
     metadata = read_weights(run.best_weights)[1]
-    scores = [(key, value) for key, value in metadata.items() if key not in ("kind", "step")]
-    return (*scores[0], metadata["step"]) if scores and "step" in metadata else None
+    scores = [(key, value) for key, value in metadata.items() if key not in ("kind", "step", "weights")]
+    return (*scores[0], metadata["step"], metadata.get("weights", "model")) if scores and "step" in metadata else None
 
 
 def _timing_section(run: RunFolder) -> str:
