@@ -334,10 +334,12 @@ _SMALL_MODEL = FastDetrConfig(backbone="resnet18", hidden_dim=128, num_heads=8, 
 _SMALL_TRAIN = DetectionTrainConfig(lr=3e-4, lr_backbone=3e-4, clip_max_norm=0.1, batch_size=4, lr_drop=0.8,
                                     train_scales=(96,), max_size=160, val_size=96, crop_min_fraction=1.0,
                                     ema_decay=0.9995)
-# larger images: small's model and recipe at 320 px with 30 queries (more objects per image); it trained better in
-# 10 minutes at 320 px than a wider one (hidden 256, the ResNet to C5, 3 decoder layers: 4x the weights, 1.6x slower
-# steps); BENCHMARKS.md, "Which model at 320 px"
-_MEDIUM_MODEL = replace(_SMALL_MODEL, num_queries=30)
+# larger images: small's recipe at 320 px with 30 queries (more objects per image) and its ResNet-18 at half width
+# (stem 32, stages 32-64-128: the shrunk RT-DETR's widths). At 320 px the convolutions are most of a step: the half
+# width made 1.5-1.8x the steps and trained as well in 10 minutes as the full width, which trained better than a wider
+# model (hidden 256, the ResNet to C5, 3 decoder layers); BENCHMARKS.md, "Which model at 320 px"
+_MEDIUM_MODEL = replace(_SMALL_MODEL, num_queries=30, backbone="resnet", backbone_block="basic",
+                        backbone_depths=(2, 2, 2, 2), backbone_widths=(32, 64, 128, 256), backbone_stem_width=32)
 _MEDIUM_TRAIN = replace(_SMALL_TRAIN, train_scales=(320,), max_size=533, val_size=320)
 PRESETS: dict[str, tuple[DetrConfig, DetectionTrainConfig]] = {
     "detr-r50": (DetrConfig(), DetectionTrainConfig()),
