@@ -1,5 +1,5 @@
 """The `medium` preset: `small`'s recipe at 320 px, with more queries for more objects per image and its ResNet-18 at
-half width."""
+half width, its encoder updating the coarsest level alone (RT-DETR's attention on C5)."""
 
 from dataclasses import replace
 
@@ -9,11 +9,11 @@ from attnkit.detection.architectures import build_model
 from attnkit.detection.config import DetectionConfig, preset
 
 
-def test_medium_is_small_at_320_px_with_30_queries_and_a_half_width_resnet18() -> None:
+def test_medium_is_small_at_320_px_with_30_queries_a_half_width_resnet18_and_the_encoder_on_c5() -> None:
     small, small_train = preset("small")
     model, train = preset("medium")
     narrow = {"backbone": "resnet", "backbone_block": "basic", "backbone_depths": (2, 2, 2, 2),
-              "backbone_widths": (32, 64, 128, 256), "backbone_stem_width": 32}
+              "backbone_widths": (32, 64, 128, 256), "backbone_stem_width": 32, "encoder_levels": 1}
     assert model == replace(small, num_queries=30, **narrow)
     assert (train.train_scales, train.val_size, train.max_size) == ((320,), 320, 533)
     assert replace(train, train_scales=small_train.train_scales, max_size=small_train.max_size,

@@ -25,7 +25,8 @@ def train_detection(
     val_images: Path = typer.Option(None, "--val-images", help="Validation image folder."),
     val_annotations: Path = typer.Option(None, "--val-annotations", help="Validation instances_*.json."),
     preset: str = typer.Option(None, "--preset", help="small (the default; 2 CPU cores, 96 px), medium (small at "
-                               "320 px, 30 queries, a half-width ResNet-18), detr-r50 (the paper) or tiny."),
+                               "320 px, 30 queries, a half-width ResNet-18, the encoder on C5), detr-r50 (the "
+                               "paper) or tiny."),
     arch: str = typer.Option(None, "--arch", help="Detector architecture: fast (the small preset's) or detr (the "
                              "paper's; the other presets')."),
     backbone_weights: Path = typer.Option(None, "--backbone-weights",
