@@ -339,7 +339,7 @@ _SMALL_TRAIN = DetectionTrainConfig(lr=3e-4, lr_backbone=3e-4, clip_max_norm=0.1
 # width made 1.5-1.8x the steps and trained as well in 10 minutes as the full width, which trained better than a wider
 # model (hidden 256, the ResNet to C5, 3 decoder layers); BENCHMARKS.md, "Which model at 320 px". Its encoder updates
 # the coarsest level alone (RT-DETR's attention on C5; C4 is read): at 320 px C4 has 400 tokens to C5's 100, and
-# updating C5 alone trained as well and ran 1.4-1.8x faster under ONNX Runtime ("The encoder on C5 alone")
+# updating C5 alone trained as well and runs faster (BENCHMARKS.md, "The encoder on C5 alone")
 _MEDIUM_MODEL = replace(_SMALL_MODEL, num_queries=30, backbone="resnet", backbone_block="basic",
                         backbone_depths=(2, 2, 2, 2), backbone_widths=(32, 64, 128, 256), backbone_stem_width=32,
                         encoder_levels=1)
