@@ -681,12 +681,7 @@ def latency(args) -> dict:
                     for key, call in calls.items():
                         if key[0] == "torch":
                             times[key].append(elapsed(call))
-                # ONNX Runtime: one session at a time, a warm-up call then REPEATS in a row: a session's thread pool
-                # spins after each call, and in alternation it slowed the next session's call up to 3x
-                for key, call in calls.items():
-                    if key[0] == "onnx":
-                        call()
-                        times[key] += [elapsed(call) for _ in range(repeats)]
+                sessions_in_turns({k: c for k, c in calls.items() if k[0] == "onnx"}, times, repeats)
             for (runtime, name), values in times.items():
                 rows[name][f"{runtime} {size}px b{batch}"] = round(1000 * statistics.median(values), 2)
             for name, feed in feeds.items() if args.op_times else ():
@@ -696,6 +691,19 @@ def latency(args) -> dict:
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows}
     print("\n".join(latency_table(result, args) + (["", *op_table(result)] if args.op_times else [])))
     return result
+
+
+def sessions_in_turns(calls: dict, times: dict, repeats: int, rounds: int = 3) -> None:
+    """ONNX Runtime's CALLS timed one session at a time: a session's thread pool spins after each call, and in
+    alternation it slowed the next session's call up to 3x. So each session in turn, after a warm-up call, makes a
+    run of calls in a row; in ROUNDS, the order rotated, so that no session is always the one timed first after
+    PyTorch's calls; REPEATS calls each in all (rounded up), appended to TIMES[key]."""
+    keys = list(calls)
+    for turn in range(rounds * len(keys)):
+        key = keys[(turn + turn // len(keys)) % len(keys)]  # round r: the keys from the r-th on, then the rest
+        time.sleep(0.2)  # the pool of the session before stops spinning
+        calls[key]()
+        times[key] += [elapsed(calls[key]) for _ in range(-(-repeats // rounds))]
 
 
 def elapsed(call) -> float:

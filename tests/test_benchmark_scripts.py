@@ -177,3 +177,20 @@ def test_rtdetr_latency_op_times_sum_each_operator_types_kernels(tmp_path):
     assert "Conv" in ops and all(ms >= 0 for ms in ops.values()) and list(tmp_path.glob("*.json")) == []
     row = script.op_table({"rows": {"net": {"parameters": 1, "op ms 32px b1": {"Conv": 3.0, "Relu": 1.0}}}})[-1]
     assert row == "| 32px b1 | net | 4.0 | 3.0 (75%) | Relu 1.0 |"
+
+
+def test_rtdetr_latency_times_sessions_in_rotated_rounds():
+    """detector_vs_rtdetr.py: ONNX Runtime's sessions timed one at a time, each first in one round, each with a
+    warm-up call before its run and REPEATS timed calls in all."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("detector_vs_rtdetr", ROOT / "benchmarks" / "detector_vs_rtdetr.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    order: list[str] = []
+    calls = {name: (lambda n=name: order.append(n)) for name in ("a", "b", "c")}
+    times: dict = {name: [] for name in calls}
+    script.sessions_in_turns(calls, times, repeats=6, rounds=3)
+    runs = [order[i] for i in range(0, len(order), 3)]  # each run: a warm-up call and 2 timed calls
+    assert runs == ["a", "b", "c", "b", "c", "a", "c", "a", "b"] and order == [n for n in runs for _ in range(3)]
+    assert all(len(values) == 6 for values in times.values())
