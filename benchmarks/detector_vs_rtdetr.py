@@ -7,6 +7,8 @@
     .venv/bin/python benchmarks/detector_vs_rtdetr.py train --quick     # a check of the script: seconds
     .venv/bin/python benchmarks/detector_vs_rtdetr.py train --dataset marks --minutes 60 --resume  # a cut one goes on
     .venv/bin/python benchmarks/detector_vs_rtdetr.py latency --set backbone_widths=[32,64,128,256] ...
+    python benchmarks/detector_vs_rtdetr.py train --device cuda --minutes 5 --eval-every 1   # on a GPU: wall clock
+    python benchmarks/detector_vs_rtdetr.py latency --device cuda --sizes 640                # PyTorch on the GPU
 
 train: all arms (attnkit's and one per --rtdetr kind) in ONE process, ALTERNATING in chunks of --chunk
 seconds of training each, so that a busy machine slows all alike; each arm's budget counts only its
@@ -211,9 +213,9 @@ class Arm:
     """One detector's training: its own batches, optimizer and clock."""
 
     def __init__(self, name: str, model: nn.Module, train_set, val_set, batch_size: int, seed: int,
-                 budget_s: float, amp: bool) -> None:
+                 budget_s: float, amp: bool, device: torch.device) -> None:
         self.name, self.model, self.train_set, self.val_set = name, model, train_set, val_set
-        self.batch_size, self.seed, self.budget_s, self.amp = batch_size, seed, budget_s, amp
+        self.batch_size, self.seed, self.budget_s, self.amp, self.device = batch_size, seed, budget_s, amp, device
         self.spent, self.steps, self.epoch, self.queue = 0.0, 0, 0, []
         self.points: list[dict] = []
         self.clock, self.per_second = time.perf_counter, 1.0  # wall clock; `use_cpu_clock` for CPU time
@@ -241,9 +243,9 @@ class Arm:
         self.model.train()
         while self.spent < stop:
             start = self.clock()
-            images, mask, targets = self.next_batch()
+            images, mask, targets = on_device(self.next_batch(), self.device)
             self.set_lr()
-            with torch.autocast("cpu", torch.bfloat16, enabled=self.amp):
+            with torch.autocast(self.device.type, torch.bfloat16, enabled=self.amp):
                 loss = self.loss(images, mask, targets)
             loss.backward()
             params = [p for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
@@ -252,6 +254,7 @@ class Arm:
             self.optimizer.zero_grad(set_to_none=True)
             self.after_step()
             self.steps += 1
+            synchronize(self.device)  # a GPU's step counted when its kernels are done
             self.spent += (self.clock() - start) * self.per_second
 
     def after_step(self) -> None:
@@ -278,13 +281,13 @@ class Arm:
 class AttnkitArm(Arm):
     """attnkit's preset exactly as `attnkit train detection` runs it (DetectionTask; lr x 0.1 after lr_drop)."""
 
-    def __init__(self, config, train_set, val_set, budget_s: float, amp: bool) -> None:
+    def __init__(self, config, train_set, val_set, budget_s: float, amp: bool, device: torch.device) -> None:
         from attnkit.app.detection.recipe import DetectionTask
         from attnkit.training.ema import WeightsEma
 
-        self.task = DetectionTask(config, train_set, val_set)
+        self.task = DetectionTask(config, train_set, val_set, device)
         super().__init__("attnkit", self.task.model, train_set, val_set, config.train.batch_size, config.train.seed,
-                         budget_s, amp)
+                         budget_s, amp, device)
         self.optimizer, self.lr_drop = self.task.optimizer, config.train.lr_drop
         decay = config.train.ema_decay
         self.ema = WeightsEma(self.model, decay) if decay is not None else None
@@ -345,12 +348,12 @@ class RtdetrArm(Arm):
     backbone_lr: None = the rest's (from scratch)."""
 
     def __init__(self, kind: str, num_labels: int, queries: int, train_set, val_set, batch_size: int, seed: int,
-                 budget_s: float, amp: bool, backbone_lr: float | None = None) -> None:
+                 budget_s: float, amp: bool, device: torch.device, backbone_lr: float | None = None) -> None:
         self.recipe = recipe = RECIPES[kind]
         lr = recipe.lr
         torch.manual_seed(seed)
-        super().__init__(kind, build_rtdetr(kind, num_labels, queries), train_set, val_set, batch_size, seed,
-                         budget_s, amp)
+        super().__init__(kind, build_rtdetr(kind, num_labels, queries).to(device), train_set, val_set, batch_size,
+                         seed, budget_s, amp, device)
         named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
         backbone = [p for n, p in named if ".backbone." in n]
         no_decay = [p for n, p in named if ".backbone." not in n and ("norm" in n or ".bn" in n)]
@@ -395,6 +398,19 @@ def parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def on_device(batch: tuple, device: torch.device) -> tuple:
+    """A loaded batch (images, mask, targets) on DEVICE."""
+    images, mask, targets = batch
+    return images.to(device), mask.to(device), [{k: v.to(device) if isinstance(v, torch.Tensor) else v
+                                                  for k, v in t.items()} for t in targets]
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for DEVICE's queued kernels (a GPU's), so that a clock read next counts them."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def build_arms(args, saved_config: dict | None = None) -> tuple:
     """attnkit's preset and each --rtdetr kind on the same data, each with its recipe and clock: (config, amp, arms).
     SAVED_CONFIG: the attnkit config of the contest this one goes on with (its defaults, whatever they are now)."""
@@ -410,11 +426,12 @@ def build_arms(args, saved_config: dict | None = None) -> tuple:
     classes = train_set.coco.num_classes
     changes = {"num_classes": classes, **({"num_queries": args.queries} if args.queries else {})}
     config = saved or DetectionConfig(replace(model_config, **changes), train_config, preset=args.preset)
-    amp = resolve_amp(train_config.amp, torch.device("cpu")) == "bf16"
+    device = torch.device(args.device)
+    amp = resolve_amp(train_config.amp, device) == "bf16"
     budget_s = 60 * args.minutes
-    arms: list[Arm] = [AttnkitArm(config, train_set, val_set, budget_s, amp),
+    arms: list[Arm] = [AttnkitArm(config, train_set, val_set, budget_s, amp, device),
                        *(RtdetrArm(kind, classes, rtdetr_queries(args.size), train_set, val_set,
-                                   train_config.batch_size, train_config.seed, budget_s, amp,
+                                   train_config.batch_size, train_config.seed, budget_s, amp, device,
                                    backbone_lr=args.backbone_lr) for kind in args.rtdetr)]
     for arm in arms:
         if args.clock == "cpu":
@@ -461,8 +478,8 @@ def contest(args) -> dict:
 
 
 # the settings a resumed contest must share with the one it goes on with
-SETTINGS = ("dataset", "size", "preset", "queries", "set", "minutes", "eval_every", "chunk", "clock", "rtdetr",
-            "backbone_lr", "threads", "quick")
+SETTINGS = ("dataset", "size", "preset", "queries", "set", "minutes", "eval_every", "chunk", "clock", "device",
+            "rtdetr", "backbone_lr", "threads", "quick")
 
 
 def contest_settings(args) -> dict:
@@ -540,8 +557,9 @@ def contest_result(args, config, amp: bool, arms: list[Arm], resumed: Sequence[d
     """The contest's settings and each arm's points so far."""
     return {"kind": "train", "dataset": args.dataset, "size": args.size, "preset": args.preset,
             "rtdetr": args.rtdetr, "minutes": args.minutes, "chunk_s": args.chunk, "threads": args.threads,
-            "amp": "bf16" if amp else "off", "clock": args.clock, "rtdetr_queries": rtdetr_queries(args.size),
-            "backbone_lr": contest_settings(args)["backbone_lr"], "queries": config.model.num_queries, "set": args.set,
+            "amp": "bf16" if amp else "off", "clock": args.clock, "device": args.device,
+            "rtdetr_queries": rtdetr_queries(args.size), "backbone_lr": contest_settings(args)["backbone_lr"],
+            "queries": config.model.num_queries, "set": args.set,
             "recipes": {kind: RECIPES[kind]._asdict() for kind in args.rtdetr},
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "resumed": list(resumed),
             "arms": {arm.name: {"parameters": parameters(arm.model), "points": arm.points} for arm in arms}}
@@ -618,9 +636,10 @@ def latency(args) -> dict:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     # attnkit's models as `attnkit detect` runs them: the BatchNorms folded into the convolutions (Detector.from_run)
-    ours = {name: fold_batch_norms(build_model(replace(preset_at(name, 96, args.set)[0], num_classes=5)))
+    device = torch.device(args.device)
+    ours = {name: fold_batch_norms(build_model(replace(preset_at(name, 96, args.set)[0], num_classes=5))).to(device)
             for name in args.presets}
-    theirs = {kind: build_rtdetr(kind, 5).eval() for kind in args.rtdetr_kinds}
+    theirs = {kind: build_rtdetr(kind, 5).eval().to(device) for kind in args.rtdetr_kinds}
     models = {**{f"attnkit {n}": m for n, m in ours.items()}, **theirs}
     rows: dict[str, dict] = {name: {"parameters": parameters(m)} for name, m in models.items()}
     options = onnxruntime.SessionOptions()
@@ -659,9 +678,10 @@ def latency(args) -> dict:
             mask = torch.zeros(batch, size, size, dtype=torch.bool)
             sizes = torch.tensor([[size, size]] * batch)
             calls, feeds = {}, {}
+            on = (images.to(device), mask.to(device))
             for name, model in models.items():
                 own = name.startswith("attnkit")
-                calls[("torch", name)] = (lambda m=model, o=own, x=images, k=mask: m(x, k) if o else m(pixel_values=x))
+                calls[("torch", name)] = (lambda m=model, o=own, x=on: m(*x) if o else m(pixel_values=x[0]))
                 if "onnx" in args.runtimes and (graph := session(name, size)) is not None:
                     feed = ({"images": images.numpy(), "mask": mask.numpy(), "image_sizes": sizes.numpy()} if own
                             else {"images": images.numpy()})
@@ -707,9 +727,11 @@ def sessions_in_turns(calls: dict, times: dict, repeats: int, rounds: int = 3) -
 
 
 def elapsed(call) -> float:
-    """Seconds one CALL() takes."""
+    """Seconds one CALL() takes, a GPU's kernels included."""
     start = time.perf_counter()
     call()
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
     return time.perf_counter() - start
 
 
@@ -779,9 +801,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--minutes", type=float, default=15.0, help="training minutes per arm")
     parser.add_argument("--eval-every", type=float, default=2.5, help="an arm's minutes between evaluations")
     parser.add_argument("--chunk", type=float, default=30.0, help="seconds of training per turn")
-    parser.add_argument("--clock", default="cpu", choices=("cpu", "wall"),
+    parser.add_argument("--clock", default=None, choices=("cpu", "wall"),
                         help="what a budget minute is: cpu = 60 s of this process's CPU time per thread (robust to "
-                             "a shared machine), wall = 60 s of wall-clock time")
+                             "a shared machine; the default on a CPU), wall = 60 s of wall-clock time (on a GPU)")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda: models, batches and timings on a GPU "
+                        "(ONNX Runtime is timed on the CPU only)")
     parser.add_argument("--rtdetr", nargs="+", default=["r18vd"], choices=RTDETR_KINDS,
                         help="train: the RT-DETR arms (several: each against the same attnkit arm, in one contest)")
     parser.add_argument("--backbone-lr", type=float, default=None,
@@ -802,6 +826,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="train: go on with the contest saved in --out with these settings (cut, or stopped)")
     args = parser.parse_args(argv)
     args.rtdetr = list(dict.fromkeys(args.rtdetr))  # each kind once
+    if args.device != "cpu":
+        if args.clock == "cpu":  # a GPU's work is not the process's CPU time
+            parser.error(f"--device {args.device}: a budget minute is wall-clock time (--clock wall)")
+        args.clock = "wall"
+        args.runtimes = [r for r in args.runtimes if r != "onnx"]  # ONNX Runtime's CPU provider only here
+    args.clock = args.clock or "cpu"
     if args.quick:
         args.minutes, args.eval_every, args.chunk, args.sizes, args.repeats = 0.3, 0.15, 5, [96], 2
     return args

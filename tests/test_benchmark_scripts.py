@@ -194,3 +194,21 @@ def test_rtdetr_latency_times_sessions_in_rotated_rounds():
     runs = [order[i] for i in range(0, len(order), 3)]  # each run: a warm-up call and 2 timed calls
     assert runs == ["a", "b", "c", "b", "c", "a", "c", "a", "b"] and order == [n for n in runs for _ in range(3)]
     assert all(len(values) == 6 for values in times.values())
+
+
+def test_rtdetr_contest_on_a_gpu_counts_wall_clock_and_times_pytorch_only():
+    """detector_vs_rtdetr.py --device cuda: a budget minute is wall-clock time (CPU time is refused), ONNX Runtime
+    (its CPU provider) is left out of the latency; on the CPU the clock stays CPU time."""
+    import importlib.util
+
+    import pytest
+
+    spec = importlib.util.spec_from_file_location("detector_vs_rtdetr", ROOT / "benchmarks" / "detector_vs_rtdetr.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    gpu = script.parse_args(["latency", "--device", "cuda"])
+    assert gpu.clock == "wall" and gpu.runtimes == ["torch"]
+    cpu = script.parse_args(["train"])
+    assert cpu.clock == "cpu" and cpu.runtimes == ["torch", "onnx"] and cpu.device == "cpu"
+    with pytest.raises(SystemExit):
+        script.parse_args(["train", "--device", "cuda", "--clock", "cpu"])
