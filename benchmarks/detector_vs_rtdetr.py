@@ -49,7 +49,8 @@ latency: forward only, random weights, eval mode, fp32, --threads threads, batch
 SIZE x SIZE images, in PyTorch and under ONNX Runtime (attnkit: its exporter, the graph
 `attnkit export onnx` writes; RT-DETR: torch.onnx.export of the transformers model, opset 17, its
 sigmoid scores and boxes as outputs); in PyTorch the models alternate call by call, under ONNX Runtime each
-session runs its calls in a row (a session's threads spin after a call and slow the next session's); medians.
+session runs its calls in a row (a session's threads spin after a call and slow the next session's), in three
+rounds with the order rotated; medians.
 The graphs stay in OUT/graphs; --op-times adds each graph's kernel time per ONNX operator type (ONNX
 Runtime's profiler).
 Writes OUT/results.json (appended) and prints Markdown tables.
