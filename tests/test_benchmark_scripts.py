@@ -7,6 +7,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def benchmark_script(name: str):
+    """benchmarks/NAME.py loaded as a module (the folder is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
 def test_cuda_check_runs_every_part_on_the_cpu_without_a_failure(tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cuda_check.py"), "--device", "cpu",
                            "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
@@ -52,13 +62,10 @@ def test_the_sampling_bound_skips_only_the_sampling(monkeypatch):
 
 def test_rtdetr_arm_pads_to_multiples_of_32_and_keeps_boxes_on_the_same_pixels():
     """detector_vs_rtdetr.py: RT-DETR's canvas (sides multiples of 32) and the box factor both ways."""
-    import importlib.util
 
     import torch
 
-    spec = importlib.util.spec_from_file_location("detector_vs_rtdetr", ROOT / "benchmarks" / "detector_vs_rtdetr.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = benchmark_script("detector_vs_rtdetr")
     images, mask = torch.rand(2, 3, 70, 90), torch.ones(2, 70, 90, dtype=torch.bool)
     mask[0, :70, :90] = False  # image 0: 90 x 70 (the batch's size); image 1: 45 x 60, padded
     mask[1, :60, :45] = False
@@ -74,11 +81,8 @@ def test_rtdetr_arm_pads_to_multiples_of_32_and_keeps_boxes_on_the_same_pixels()
 
 def test_rtdetr_contest_set_changes_attnkit_model_fields():
     """detector_vs_rtdetr.py --set: the preset's model with fields changed, values parsed as --set parses them."""
-    import importlib.util
 
-    spec = importlib.util.spec_from_file_location("detector_vs_rtdetr", ROOT / "benchmarks" / "detector_vs_rtdetr.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = benchmark_script("detector_vs_rtdetr")
     model, train = script.preset_at("small", 320, ["backbone=resnet", "backbone_block=basic",
                                                    "backbone_depths=[2,2,2,2]", "backbone_widths=[32,64,128,256]",
                                                    "backbone_stem_width=32", "shared_values=true"])
@@ -95,14 +99,11 @@ def test_rtdetr_contest_saved_after_a_point_goes_on_where_each_arm_was(tmp_path,
     """detector_vs_rtdetr.py --resume: both arms' weights, moments, EMA, clocks and batches come back as saved,
     attnkit's from its saved config; a contest with other settings (or none saved) is refused, and a saved one is
     never started over without --resume."""
-    import importlib.util
 
     import pytest
     import torch
 
-    spec = importlib.util.spec_from_file_location("detector_vs_rtdetr", ROOT / "benchmarks" / "detector_vs_rtdetr.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = benchmark_script("detector_vs_rtdetr")
     args = script.parse_args(["train", "--quick", "--rtdetr", "shrunk", "--out", str(tmp_path)])
     config, amp, arms = script.build_arms(args)
     assert arms[1].base == [1e-4] * 3 and arms[1].ema.warmups == 2000  # the shrunk RT-DETR's recipe, R18-vd's
@@ -163,13 +164,10 @@ def test_rtdetr_contest_saved_after_a_point_goes_on_where_each_arm_was(tmp_path,
 
 def test_rtdetr_latency_op_times_sum_each_operator_types_kernels(tmp_path):
     """detector_vs_rtdetr.py --op-times: ONNX Runtime's profile of a graph, per operator type, and its table row."""
-    import importlib.util
 
     import torch
 
-    spec = importlib.util.spec_from_file_location("detector_vs_rtdetr", ROOT / "benchmarks" / "detector_vs_rtdetr.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = benchmark_script("detector_vs_rtdetr")
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 3)).eval()
     path = tmp_path / "graph.onnx"
     torch.onnx.export(model, (torch.rand(1, 3, 32, 32),), str(path), input_names=["images"], dynamo=False)
@@ -182,11 +180,8 @@ def test_rtdetr_latency_op_times_sum_each_operator_types_kernels(tmp_path):
 def test_rtdetr_latency_times_sessions_in_rotated_rounds():
     """detector_vs_rtdetr.py: ONNX Runtime's sessions timed one at a time, each first in one round, each with a
     warm-up call before its run and REPEATS timed calls in all."""
-    import importlib.util
 
-    spec = importlib.util.spec_from_file_location("detector_vs_rtdetr", ROOT / "benchmarks" / "detector_vs_rtdetr.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = benchmark_script("detector_vs_rtdetr")
     order: list[str] = []
     calls = {name: (lambda n=name: order.append(n)) for name in ("a", "b", "c")}
     times: dict = {name: [] for name in calls}
@@ -199,13 +194,10 @@ def test_rtdetr_latency_times_sessions_in_rotated_rounds():
 def test_rtdetr_contest_on_a_gpu_counts_wall_clock_and_times_pytorch_only():
     """detector_vs_rtdetr.py --device cuda: a budget minute is wall-clock time (CPU time is refused), ONNX Runtime
     (its CPU provider) is left out of the latency; on the CPU the clock stays CPU time."""
-    import importlib.util
 
     import pytest
 
-    spec = importlib.util.spec_from_file_location("detector_vs_rtdetr", ROOT / "benchmarks" / "detector_vs_rtdetr.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = benchmark_script("detector_vs_rtdetr")
     gpu = script.parse_args(["latency", "--device", "cuda"])
     assert gpu.clock == "wall" and gpu.runtimes == ["torch"]
     cpu = script.parse_args(["train"])
