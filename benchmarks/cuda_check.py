@@ -16,7 +16,8 @@ Checks (each prints `ok` or `FAIL` with the reason, and the run goes on):
    memory against the main process: the same tensors, and images per second.
 Timings (medians after warm-up, synchronised):
 5. detector inference, `fast` / DETR alternating: `small` at 96 and 384 px, `detr-r50` at 800 px,
-   batch 1 and 8, fp32 and bf16 autocast.
+   batch 1 and 8, fp32 and bf16 autocast; in fp32 also `fast` through `attnkit detect --compile`'s
+   compiled forward (Inductor, frozen weights, replayed as a CUDA graph).
 6. detector training step (forward, set criterion, backward, fused AdamW), bf16 autocast.
 7. translation training step of `base`: tokens/s, and MFU against this device's measured bf16 matmul rate.
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import statistics
 import time
 import traceback
@@ -39,6 +41,7 @@ from attnkit.app.detection.recipe import criterion_of
 from attnkit.detection.architectures import build_model as build_detector
 from attnkit.detection.config import DetectionConfig, preset as detection_preset, with_arch
 from attnkit.nn import MultiHeadAttention, reference_attention, scaled_dot_product_attention
+from attnkit.nn.compiled import CompiledForward
 from attnkit.training.fused_optimizer import fused_options
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -248,23 +251,28 @@ def check_loading(device: torch.device, quick: bool, out: Path) -> None:
 
 
 def time_detector_inference(device: torch.device, quick: bool) -> None:
-    """`fast` against DETR of one preset at one size, alternating, eval mode, inference_mode."""
+    """`fast` against DETR of one preset at one size, alternating, eval mode, inference_mode; in fp32 also `fast`
+    compiled as `attnkit detect --compile` runs it (`CompiledForward`: frozen weights, on a GPU a CUDA graph)."""
     rows = [("small", 96, 1), ("small", 96, 8), ("small", 384, 1), ("small", 384, 8),
             ("detr-r50", 800, 1), ("detr-r50", 800, 8)]
     if quick:
         rows = [("small", 64, 1)]
-    print("| preset, image, batch | dtype | DETR ms | fast ms | fast / DETR speed |\n"
-          "| --- | --- | ---: | ---: | ---: |")
+    print("| preset, image, batch | dtype | DETR ms | fast ms | fast / DETR speed | fast compiled ms "
+          "| compiled / DETR |\n| --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for name, size, batch in rows:
         config = detection_configs(name, quick).model
         models = {arch: build_detector(with_arch(config, arch)).to(device).eval() for arch in ("detr", "fast")}
+        compiled = CompiledForward(copy.deepcopy(models["fast"]))  # its own copy: freezing folds the weights
         images, mask, _ = random_batch(batch, size, config.num_classes, device)
         for dtype in ("fp32", "bf16"):
+            calls = {arch: (lambda m=m, x=images, on=mask: m(x, on)) for arch, m in models.items()}
+            if dtype == "fp32":
+                calls["compiled"] = lambda m=compiled, x=images, on=mask: m(x, on)
             with torch.inference_mode(), autocast(device, dtype):
-                calls = {arch: (lambda m=m, images=images, mask=mask: m(images, mask)) for arch, m in models.items()}
                 ms = median_ms(calls, 3 if quick else 20, device)
+            extra = f"{ms['compiled']:.1f} | {ms['detr'] / ms['compiled']:.2f}x" if "compiled" in ms else "- | -"
             print(f"| {name}, {size} px, {batch} | {dtype} | {ms['detr']:.1f} | {ms['fast']:.1f} | "
-                  f"{ms['detr'] / ms['fast']:.2f}x |", flush=True)
+                  f"{ms['detr'] / ms['fast']:.2f}x | {extra} |", flush=True)
 
 
 def time_detector_training(device: torch.device, quick: bool) -> None:

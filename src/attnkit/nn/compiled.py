@@ -8,8 +8,11 @@ with its graph: convolutions and linears pre-packed for oneDNN and MKL, with the
 constant subgraphs folded. The guards on the module's attributes are skipped (the weights are frozen
 anyway); those on the inputs' shapes stay, so each new shape compiles once (tens of seconds on a
 laptop CPU, fewer from Inductor's on-disk cache). `dynamic=False`: symbolic shapes gave kernels slower
-than eager (BENCHMARKS.md, "Compiled inference"). Inference only: a frozen graph no longer reads the
-module's weights.
+than eager (BENCHMARKS.md, "Compiled inference"). On a GPU the compiled graph is also captured as a CUDA
+graph (`mode="reduce-overhead"`'s `triton.cudagraphs`): a call then replays all its kernels with one
+launch, where the eager forward launches each of its thousands; a call's outputs live in the graph's
+memory until the next call, which the callers here have read by then. Inference only: a frozen graph no
+longer reads the module's weights.
 """
 
 from __future__ import annotations
@@ -29,8 +32,9 @@ class CompiledForward:
     operator) becomes one UserError that says to run without --compile."""
 
     def __init__(self, module: nn.Module) -> None:
+        self.graphs = any(p.is_cuda for p in module.parameters())  # CUDA graphs where the weights are on a GPU
         self.forward: Callable[..., Any] = torch.compile(module.eval(), dynamic=False, options={
-            "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe})
+            "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe, "triton.cudagraphs": self.graphs})
         self.shapes: set[tuple[tuple[int, ...], ...]] = set()  # the input shapes compiled so far
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -41,6 +45,8 @@ class CompiledForward:
             print(f"compiling the model for inputs of shape {', '.join(map(str, shapes))} (once per shape)",
                   file=sys.stderr, flush=True)
             self.shapes.add(shapes)
+        if self.graphs:  # a new inference step: the last call's outputs may be overwritten
+            torch.compiler.cudagraph_mark_step_begin()
         try:
             # freezing is read when a shape compiles, i.e. in this call (`torch.compile(options=...)` did not freeze)
             with torch.no_grad(), inductor_config.patch(freezing=True):
