@@ -118,6 +118,8 @@ class FastDetrConfig(DetrConfig):
     feature_levels: int = 3  # ResNet stages read: 1 = the last alone (C5: DETR), 3 = C3, C4, C5; levels past the
     # backbone's last stage are made from it by stride-2 convolutions (Deformable DETR's fourth level)
     last_stage: int = 5  # the backbone's deepest stage: 5 = C5 (DETR); 4 = the ResNet stops after C4
+    stride4_level: bool = False  # C2, the ResNet's stride-4 map, read as one more, finest level (read, not updated
+    # by the encoder): detail for objects a few pixels wide (needs deformable_attention)
     deformable_attention: bool = True  # multi-scale deformable attention (Zhu et al. 2021) instead of full
     deformable_points: int = 4  # sampled points per head and level
     encoder_levels: int = 2  # the deformable encoder updates the coarsest N levels (C4, C5), reading all
@@ -156,6 +158,9 @@ class FastDetrConfig(DetrConfig):
                               "deformable attention")
         if self.cross_scale_fusion and self.feature_levels < 2:
             raise ConfigError("cross_scale_fusion fuses several feature levels and needs feature_levels of 2 or more")
+        if self.stride4_level and not self.deformable_attention:
+            raise ConfigError("stride4_level reads a stride-4 map, which only deformable attention can afford; "
+                              "it needs deformable_attention")
         if self.shared_values and not self.deformable_attention:
             raise ConfigError("shared_values shares the deformable attention's value projections and needs "
                               "deformable_attention; set shared_values to false to ablate deformable attention")

@@ -21,7 +21,8 @@ OPTIONS = [{}, dict(feature_levels=1), dict(deformable_attention=False, encoder_
            dict(feature_levels=4),
            dict(distribution_refinement=True, localization_distillation=True),
            dict(distribution_refinement=True, denoising_groups=2, two_stage=False), dict(matchability_aware=True),
-           dict(cross_scale_fusion=True), dict(cross_scale_fusion=True, encoder_levels=1), ALL_OFF]
+           dict(cross_scale_fusion=True), dict(cross_scale_fusion=True, encoder_levels=1),
+           dict(stride4_level=True), dict(stride4_level=True, shared_values=True, last_stage=5), ALL_OFF]
 
 
 def _tiny(**fields) -> FastDetrConfig:
@@ -196,6 +197,8 @@ def test_config_refuses_impossible_technique_settings():
         FastDetrConfig(denoising_groups=-1)
     with pytest.raises(ConfigError, match="denoising_label_noise"):
         FastDetrConfig(denoising_label_noise=1.5)
+    with pytest.raises(ConfigError, match="stride4_level .* needs deformable_attention"):
+        FastDetrConfig(stride4_level=True, deformable_attention=False, encoder_levels=3)
     with pytest.raises(ConfigError, match="dropout"):  # DETR's checks too
         FastDetrConfig(dropout=1.0)
 
@@ -251,6 +254,23 @@ def test_a_backbone_stopping_after_c4_makes_the_stride_32_level_by_a_convolution
     for last_stage, read in ((5, [128, 256, 512, 512]), (4, [128, 256, 256, d])):  # a fourth level: from the third
         four = build_model(_tiny(feature_levels=4, last_stage=last_stage))
         assert [proj[0].in_channels for proj in four.input_proj.proj] == read
+
+
+def test_the_stride4_level_reads_c2_as_the_finest_level_and_the_encoder_leaves_it_as_read():
+    torch.manual_seed(0)
+    model = build_model(_tiny(stride4_level=True)).eval()
+    body = model.backbone[0].body
+    assert list(body.return_layers) == ["layer1", "layer2", "layer3"]  # C2, C3, C4 (and C5 made from C4)
+    images, mask = torch.randn(2, 3, 72, 100), torch.zeros(2, 72, 100, dtype=torch.bool)
+    with torch.no_grad():
+        levels = model.input_proj(model.backbone(images, mask))
+        assert levels.shapes == ((18, 25), (9, 13), (5, 7), (3, 4))  # strides 4, 8, 16, 32
+        c2 = model.input_proj.proj[0](body(images)["0"])  # a 1x1 convolution and GroupNorm of C2
+        torch.testing.assert_close(levels.src[:, :18 * 25], c2.flatten(2).transpose(1, 2))
+        memory = model.encoder(levels)  # encoder_levels=2: the two coarsest levels updated, C2 and C3 as read
+        torch.testing.assert_close(memory[:, :18 * 25 + 9 * 13], levels.src[:, :18 * 25 + 9 * 13])
+    assert model(images, mask).boxes.shape == (2, 10, 4)
+    assert model.encoder.layers[0].self_attn.num_levels == 4
 
 
 def test_a_run_written_before_last_stage_existed_loads_with_the_resnet_to_c5():

@@ -249,11 +249,11 @@ class FastCriterion(nn.Module):
 
 def build_fast_detr(config: FastDetrConfig, backbone_weights: Path | None = None) -> FastDETR:
     """FastDETR from its config; the technique fields choose the modules."""
-    d, levels = config.hidden_dim, config.feature_levels
+    d, levels = config.hidden_dim, config.feature_levels + config.stride4_level
     position = PositionEmbeddingSine2D(d // 2, normalize=True)
     resnet = Backbone(config.resnet_layout, config.dilation, config.frozen_batchnorm, backbone_weights,
                       config.last_stage)
-    backbone = MultiScaleJoiner(resnet, position, levels)
+    backbone = MultiScaleJoiner(resnet, position, config.feature_levels, config.stride4_level)
     encoder: nn.Module
     layers: list[nn.Module]
     shared = None

@@ -7,7 +7,8 @@ level embedding tells the levels apart, and the maps are flattened into one sequ
 Levels beyond the backbone's last stage are made as Deformable DETR makes its fourth (C6): a 3x3
 stride-2 convolution with GroupNorm on the last stage, then on each made level. A backbone that
 stops after C4 (`last_stage=4`) thus still gives strides 8, 16, 32, the last from one convolution
-instead of ResNet's layer4.
+instead of ResNet's layer4. With `stride4_level` the ResNet's C2 (stride 4) is read too, as the finest level
+(the feature pyramids of small-object detectors; Lin et al. 2017, FPN, section 3, read C2 as P2).
 With one level this is DETR's input exactly: C5, a plain 1x1 convolution, no level embedding.
 """
 
@@ -82,15 +83,17 @@ class FlatLevels:
 
 
 class MultiScaleJoiner(nn.Sequential):
-    """Backbone returning its last LEVELS stages (or all it has, the rest `made_levels`), and the sine
-    positions; `backbone.0.body` as DETR's."""
+    """Backbone returning its last LEVELS stages (or all it has, the rest `made_levels`), and C2 before them
+    with STRIDE4, and the sine positions; `backbone.0.body` as DETR's."""
 
-    def __init__(self, backbone: Backbone, position_embedding: PositionEmbeddingSine2D, levels: int) -> None:
+    def __init__(self, backbone: Backbone, position_embedding: PositionEmbeddingSine2D, levels: int,
+                 stride4: bool = False) -> None:
         super().__init__(backbone, position_embedding)
         stages = [stage for stage in STAGES if stage in backbone.body][-levels:]
+        stages = ["layer1", *stages] if stride4 else stages
         backbone.body.return_layers = {stage: str(i) for i, stage in enumerate(stages)}
         self.num_channels = [stage_channels(backbone.body, stage) for stage in stages]
-        self.made_levels = levels - len(stages)  # coarser levels, made by `LevelProjection`
+        self.made_levels = levels + stride4 - len(stages)  # coarser levels, made by `LevelProjection`
         self._kept: dict[tuple, LevelGeometry] = {}
 
     def forward(  # type: ignore[override]  # a Sequential for DETR's parameter names, not for its forward
