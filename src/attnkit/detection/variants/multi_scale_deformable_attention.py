@@ -90,6 +90,65 @@ def deformable_sampling(value: Tensor | Sequence[Tensor], shapes: Sequence[tuple
     return output.view(batch, heads * head_dim, queries).transpose(1, 2).to(dtype)  # (batch, queries, heads * head_dim)
 
 
+def bilinear_corners(locations: Tensor, shapes: Sequence[tuple[int, int]]) -> tuple[Tensor, Tensor]:
+    """The four keys around each sampling location and their bilinear weights, as `grid_sample` reads them
+    (align_corners=False: pixel centres at half-integers; zeros outside the map).
+
+    locations: (..., levels, points, 2) as (x, y) in [0, 1] of each level's map -> indices into the levels'
+    keys flattened one after the other, and weights, each (..., levels, points, 4); a neighbour outside its
+    map has weight 0 (and an index inside the map)."""
+    levels, extra = locations.shape[-3], locations.dim() - 3
+    # (2 [x, y], levels, ..., points): each level's sizes broadcast over whole blocks, which vectorizes
+    pixel = locations.movedim(-1, 0).movedim(-2, 1).contiguous()
+    size = torch.tensor([[w for _, w in shapes], [h for h, _ in shapes]], dtype=pixel.dtype,
+                        device=pixel.device).view(2, levels, *[1] * (extra + 1))  # (2, levels, 1, ..., 1)
+    pixel = pixel * size - 0.5
+    low = pixel.floor()
+    fraction = pixel - low
+    weights = [(1 - fraction) * ((low >= 0) & (low <= size - 1)), fraction * ((low >= -1) & (low <= size - 2))]
+    corners = [low.clamp(min=0).minimum(size - 1).long(), (low + 1).clamp(min=0).minimum(size - 1).long()]
+    start = torch.tensor([0, *[h * w for h, w in shapes]], device=pixel.device).cumsum(0)[:-1]
+    start = start.view(levels, *[1] * (extra + 1))
+    width = size[0].long()
+    rows = [start + corner[1] * width for corner in corners]  # the first key of each neighbour's row
+    index = torch.stack([rows[y] + corners[x][0] for y in (0, 1) for x in (0, 1)], -1)
+    bilinear = torch.stack([weights[y][1] * weights[x][0] for y in (0, 1) for x in (0, 1)], -1)
+    return index.movedim(0, -3).contiguous(), bilinear.movedim(0, -3).contiguous()  # (..., levels, points, 4)
+
+
+def sampled_then_projected(keys: Tensor, padding: Tensor | None, shapes: Sequence[tuple[int, int]],
+                           locations: Tensor, weights: Tensor, projection: nn.Linear) -> Tensor:
+    """Eq. 3's inner sums with W'_m taken out of them: sum_lk A_mlqk x^l(p) sampled from the keys themselves,
+    then one W'_m per query and head.
+
+    Sampling is bilinear and the sum weighted, both linear, so W'_m [sum A x(p)] = sum A (W'_m x)(p) exactly;
+    the bias enters with the weights the in-map, unpadded neighbours carry (the values it replaces were zero
+    elsewhere). Projecting all keys costs keys * d_model^2, this queries * heads * levels * points * 4 * d_model:
+    far less where few queries read many keys (the decoder's 100 queries, 13,125 keys at 800 px).
+    keys: (batch, keys, d_model); padding: (batch, keys) True on padding, or None; locations, weights as
+    `deformable_sampling`'s. Returns (batch, queries, d_model), before the output projection."""
+    batch, queries, heads = locations.shape[:3]
+    count, d_model = keys.shape[1:]
+    work = torch.promote_types(keys.dtype, torch.float32)  # as `deformable_sampling`: float32 under autocast
+    index, bilinear = bilinear_corners(locations.to(work), shapes)  # (batch, queries, heads, levels, points, 4)
+    index = index + (torch.arange(batch, device=keys.device) * count).view(batch, 1, 1, 1, 1, 1)
+    bilinear = bilinear * weights.to(work)[..., None]
+    if padding is not None:
+        bilinear = bilinear.masked_fill(padding.flatten()[index], 0.0)
+    bags, bilinear = index.view(batch * queries * heads, -1), bilinear.view(batch * queries * heads, -1)
+    summed = F.embedding_bag(bags, keys.reshape(batch * count, d_model).to(work), per_sample_weights=bilinear,
+                             mode="sum")  # (batch * queries * heads, d_model): sum_lk A x(p) per query and head
+    weight = projection.weight.to(work).view(heads, -1, d_model)  # (heads, head_dim, d_model)
+    out = torch.einsum("nhc,hdc->nhd", summed.view(-1, heads, d_model), weight)
+    out = out + bilinear.sum(-1).view(-1, heads, 1) * projection.bias.to(work).view(heads, -1)
+    return out.reshape(batch, queries, d_model).to(keys.dtype)  # (batch, queries, heads * head_dim)
+
+
+# sampling first pays at inference once projecting all keys (keys * d_model^2) costs this many times the gathered
+# neighbours (queries * heads * levels * points * 4 * d_model): break-even measured at 7-8x on this CPU
+GATHER_PAYS = 10.0
+
+
 class MultiScaleDeformableAttention(nn.Module):
     """Eq. 3 with M heads, L levels and K points per head and level; batch first throughout.
     own_values=False: no value projection of its own, every level's values are given (`shared_values`)."""
@@ -131,12 +190,25 @@ class MultiScaleDeformableAttention(nn.Module):
         given: the first levels' values already projected (`shared_values`), per level (batch * heads,
         head_dim, h, w); VALUE and PADDING then hold the other levels' keys only."""
         own = shapes[len(given):]
+        locations, weights = self.sampling(query, reference, shapes)
+        if not given and self.value_proj is not None and self.samples_pay(query, value):
+            return self.output_proj(sampled_then_projected(value, padding, shapes, locations, weights,
+                                                           self.value_proj))
         maps = list(given)
         if own:
             assert self.value_proj is not None, "own_values=False: every level's values are given"
             maps += self.value_proj.maps(value, own, padding, self.num_heads)
-        locations, weights = self.sampling(query, reference, shapes)
         return self.output_proj(deformable_sampling(maps, shapes, locations, weights))
+
+    def samples_pay(self, query: Tensor, value: Tensor) -> bool:
+        """Whether to sample the keys and project the samples (`sampled_then_projected`) rather than project
+        every key: at inference on the CPU, in eager mode (exports and compiled graphs keep one form; in training
+        the gather's backward, a scatter, lost at the sizes measured), when the keys' projection costs GATHER_PAYS
+        times the gathered neighbours or more (BENCHMARKS.md, "Sampling the keys, projecting the samples")."""
+        if value.device.type != "cpu" or torch.compiler.is_compiling() or torch.is_grad_enabled():
+            return False
+        gathered = query.shape[1] * self.num_heads * self.num_levels * self.num_points * 4
+        return value.shape[1] * value.shape[2] >= GATHER_PAYS * gathered
 
     def sampling(self, query: Tensor, reference: Tensor, shapes: Sequence[tuple[int, int]]) -> tuple[Tensor, Tensor]:
         """Where each query reads and how much: the sampling locations phi_l(p_q) + delta p_mlqk
