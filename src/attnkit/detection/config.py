@@ -122,8 +122,9 @@ class FastDetrConfig(DetrConfig):
     # by the encoder): detail for objects a few pixels wide (needs deformable_attention)
     deformable_attention: bool = True  # multi-scale deformable attention (Zhu et al. 2021) instead of full
     deformable_points: int = 4  # sampled points per head and level
-    encoder_levels: int = 2  # the deformable encoder updates the coarsest N levels (C4, C5), reading all
-    # (Lite DETR); feature_levels or more: every level (Deformable DETR); 1: C5 alone
+    encoder_levels: int = 1  # the deformable encoder updates the coarsest N levels, reading all (Lite DETR): 1 = C5
+    # alone (RT-DETR's attention on S5; `medium` trained as well as with C4 and C5, and ran faster, BENCHMARKS.md,
+    # "The encoder on C5 alone"); 2 = C4 and C5 (`small`); feature_levels or more: every level (Deformable DETR)
     shared_values: bool = False  # one value projection, computed once, of the keys that layers read unchanged:
     # the decoder's memory, the encoder's fixed levels (variants.shared_values; needs deformable_attention)
     cross_scale_fusion: bool = False  # RT-DETR's CNN fusion of the encoder's levels (top-down, then bottom-up)
@@ -333,7 +334,7 @@ def _tuple(value: Any) -> Any:
 # the ResNet stops after C4: on 96 px images C5 is 3 x 3 cells, yet layer4 holds 8.4M of ResNet-18's 11.2M weights
 # and half of its inference time (BENCHMARKS.md, "The ResNet stops after C4")
 _SMALL_MODEL = FastDetrConfig(backbone="resnet18", hidden_dim=128, num_heads=8, enc_layers=2, dec_layers=2,
-                              dim_feedforward=512, dropout=0.0, num_queries=15, last_stage=4)
+                              dim_feedforward=512, dropout=0.0, num_queries=15, last_stage=4, encoder_levels=2)
 # one scale, no crop, the drop at 80%: for budgets of minutes (BENCHMARKS.md, "Detector convergence"); a moving
 # average of the weights, which scores well above them before the drop (BENCHMARKS.md, "A moving average")
 _SMALL_TRAIN = DetectionTrainConfig(lr=3e-4, lr_backbone=3e-4, clip_max_norm=0.1, batch_size=4, lr_drop=0.8,

@@ -19,7 +19,8 @@ from attnkit.errors import UserError
 def tiny_fast(**fields):
     """The tiny preset as `fast` (deformable attention, two-stage, the lite encoder), two decoder layers."""
     torch.manual_seed(0)
-    config = with_arch(preset("tiny")[0], "fast", num_classes=3, dec_layers=2, last_stage=4, **fields)
+    config = with_arch(preset("tiny")[0], "fast", num_classes=3, dec_layers=2, last_stage=4,
+                       **{"encoder_levels": 2, **fields})
     model = build_model(config).eval()
     with torch.no_grad():  # trained-looking projections: offsets and weights that depend on the query
         for module in model.modules():

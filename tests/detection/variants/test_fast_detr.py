@@ -15,13 +15,13 @@ from attnkit.errors import ConfigError
 ALL_OFF = dict(feature_levels=1, last_stage=5, deformable_attention=False, box_refinement=False, focal_loss=False,
                query_groups=1, two_stage=False, denoising_groups=0)
 OPTIONS = [{}, dict(feature_levels=1), dict(deformable_attention=False, encoder_levels=3), dict(encoder_levels=3),
-           dict(encoder_levels=1),
+           dict(encoder_levels=2),
            dict(box_refinement=False, two_stage=False, denoising_groups=0), dict(focal_loss=False),
            dict(query_groups=1), dict(two_stage=False), dict(denoising_groups=2), dict(last_stage=5),
            dict(feature_levels=4),
            dict(distribution_refinement=True, localization_distillation=True),
            dict(distribution_refinement=True, denoising_groups=2, two_stage=False), dict(matchability_aware=True),
-           dict(cross_scale_fusion=True), dict(cross_scale_fusion=True, encoder_levels=1),
+           dict(cross_scale_fusion=True, encoder_levels=2), dict(cross_scale_fusion=True),
            dict(stride4_level=True), dict(stride4_level=True, shared_values=True, last_stage=5), ALL_OFF]
 
 
@@ -267,7 +267,7 @@ def test_the_stride4_level_reads_c2_as_the_finest_level_and_the_encoder_leaves_i
         assert levels.shapes == ((18, 25), (9, 13), (5, 7), (3, 4))  # strides 4, 8, 16, 32
         c2 = model.input_proj.proj[0](body(images)["0"])  # a 1x1 convolution and GroupNorm of C2
         torch.testing.assert_close(levels.src[:, :18 * 25], c2.flatten(2).transpose(1, 2))
-        memory = model.encoder(levels)  # encoder_levels=2: the two coarsest levels updated, C2 and C3 as read
+        memory = model.encoder(levels)  # encoder_levels=1: the coarsest level updated, C2, C3 and C4 as read
         torch.testing.assert_close(memory[:, :18 * 25 + 9 * 13], levels.src[:, :18 * 25 + 9 * 13])
     assert model(images, mask).boxes.shape == (2, 10, 4)
     assert model.encoder.layers[0].self_attn.num_levels == 4
