@@ -51,11 +51,16 @@ class DeformableEncoderLayer(nn.Module):
         first: the keys before it are read (as values) but not updated (`variants.lite_encoder`).
         given: the first levels' values, already projected (`variants.shared_values`); X, POS, REFERENCE and
         PADDING then hold the other levels' keys only."""
+        updated = self.update(x, pos, reference, shapes, padding, first, given)
+        return torch.cat([x[:, :first], updated], 1) if first else updated  # (batch, keys, d_model)
+
+    def update(self, x: Tensor, pos: Tensor, reference: Tensor, shapes: Sequence[tuple[int, int]],
+               padding: Tensor | None, first: int = 0, given: Sequence[Tensor] = ()) -> Tensor:
+        """`forward`'s updated keys alone: (batch, keys - first, d_model)."""
         query = x[:, first:]  # (batch, updated keys, d_model)
         query = self.norm(query + self.dropout(self.self_attn(query + pos[:, first:], reference[:, first:], x, shapes,
                                                               padding, given)))
-        updated = self.ffn(query)
-        return torch.cat([x[:, :first], updated], 1) if first else updated  # (batch, keys, d_model)
+        return self.ffn(query)
 
 
 def encoder_reference_points(shapes: Sequence[tuple[int, int]], valid_ratios: Tensor) -> Tensor:
@@ -89,6 +94,11 @@ class DeformableEncoder(nn.Module):
         fixed, src, padding = self.fixed_levels(len(levels.shapes)), levels.src, levels.key_padding
         first = sum(height * width for height, width in levels.shapes[:fixed])
         if self.shared is None or not fixed:
+            if first and not torch.is_grad_enabled():  # at inference each layer's update is written into one copy
+                src = src.clone()  # of the keys, where each layer joined it to the fixed keys anew (a copy of all)
+                for layer in self.layers:
+                    src[:, first:] = layer.update(src, levels.pos, reference, levels.shapes, padding, first)
+                return src  # (batch, keys, d_model)
             for layer in self.layers:
                 src = layer(src, levels.pos, reference, levels.shapes, padding, first)
             return src  # (batch, keys, d_model)
