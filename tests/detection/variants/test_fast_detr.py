@@ -331,3 +331,36 @@ def test_an_unpadded_batch_skips_the_masks_and_ratios_and_detects_the_same(monke
     assert model.input_proj(model.backbone(images, unpadded)).key_padding is not None
     torch.testing.assert_close(skipped.boxes, masked.boxes)
     torch.testing.assert_close(skipped.logits, masked.logits)
+
+
+@pytest.mark.parametrize("fields", [{}, dict(encoder_levels=2), dict(encoder_levels=3)])
+def test_inference_without_gradients_computes_what_the_forward_with_gradients_does(fields):
+    """Without gradients the encoder writes its updates in place and the proposals zero only the chosen unusable
+    keys; the detections are the same as with gradients (the forms training uses)."""
+    torch.manual_seed(0)
+    model = build_model(_tiny(**fields)).eval()
+    images, mask, _ = _inputs()
+    with torch.no_grad():
+        fast = model(images, mask)
+    slow = model(images, mask)
+    torch.testing.assert_close(fast.logits, slow.logits.detach(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(fast.boxes, slow.boxes.detach(), rtol=1e-5, atol=1e-5)
+
+
+def test_the_proposals_at_inference_are_the_training_forms_best_boxes_even_past_the_usable_keys():
+    from attnkit.detection.variants.query_selection import EncoderProposals
+
+    torch.manual_seed(0)
+    model = build_model(_tiny()).eval()
+    images, mask, _ = _inputs()
+    with torch.no_grad():
+        levels = model.input_proj(model.backbone(images, mask))
+        memory = torch.randn_like(levels.src)
+        proposals = EncoderProposals(32, 3, focal=True)
+        torch.nn.init.normal_(proposals.bbox_embed.layers[-1].weight)
+        usable = int(proposals.train()(memory, levels, 5)[2].ge(0).sum(1).min())
+        for count in (5, usable + 7):  # past the usable keys of the padded image: some unusable keys are chosen
+            trained = proposals.train()(memory, levels, count)
+            inferred = proposals.eval()(memory, levels, count)
+            torch.testing.assert_close(inferred[2], trained[2])  # the scores
+            torch.testing.assert_close(inferred[3], trained[3])  # the chosen boxes
