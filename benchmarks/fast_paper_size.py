@@ -66,7 +66,7 @@ def main() -> None:
     print(f"\n| `{args.preset}`, {args.size} px, batch 1 | median ms (of {args.rounds}) | speed / DETR |\n"
           "| --- | ---: | ---: |")
     for name, seconds in times.items():
-        print(f"| {name} | {1000 * statistics.median(seconds):.0f} | {detr_s / statistics.median(seconds):.2f}x |")
+        print(f"| {name} | {1000 * statistics.median(seconds):.1f} | {detr_s / statistics.median(seconds):.2f}x |")
 
 
 if __name__ == "__main__":

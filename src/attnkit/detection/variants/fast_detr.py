@@ -3,7 +3,7 @@
     levels   = CNN(image)[C3, C4], Conv(C4)            multi_scale_features (strides 8, 16, 32; the ResNet
                                                         stops after C4, `last_stage=4`, in the `small` preset)
     memory   = Encoder(levels)                          deformable self-attention (linear in pixels)
-               updating C4, C5 only (C3 read)            lite_encoder (encoder_levels)
+               updating C5 only (C3, C4 read)            lite_encoder (encoder_levels; `small`: C4 and C5)
     memory   = CNN fusion, top-down and bottom-up       cross_scale_fusion (RT-DETR's CCFM)
     boxes_0  = learned anchor boxes                     box_refinement
     h_d      = DecoderLayer_d(h_{d-1}, MLP(sine(boxes_{d-1})), memory sampled around boxes_{d-1})

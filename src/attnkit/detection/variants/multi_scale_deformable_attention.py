@@ -203,8 +203,9 @@ class MultiScaleDeformableAttention(nn.Module):
     def samples_pay(self, query: Tensor, value: Tensor) -> bool:
         """Whether to sample the keys and project the samples (`sampled_then_projected`) rather than project
         every key: at inference on the CPU, in eager mode (exports and compiled graphs keep one form; in training
-        the gather's backward, a scatter, lost at the sizes measured), when the keys' projection costs GATHER_PAYS
-        times the gathered neighbours or more (BENCHMARKS.md, "Sampling the keys, projecting the samples")."""
+        its backward, a scatter, gained little or lost where the presets train), when the keys' projection costs
+        GATHER_PAYS times the gathered neighbours or more (BENCHMARKS.md, "Sampling the keys, projecting the
+        samples")."""
         if value.device.type != "cpu" or torch.compiler.is_compiling() or torch.is_grad_enabled():
             return False
         gathered = query.shape[1] * self.num_heads * self.num_levels * self.num_points * 4
