@@ -67,35 +67,38 @@ def main() -> None:
           f"| call | keys x d_model / neighbours | every key projected ms | sampled first ms | largest difference |\n"
           "| --- | ---: | ---: | ---: | ---: |")
     for name, (side, queries, d_model, batch) in (BACKWARD_CASES if args.backward else CASES).items():
-        shapes = [(side // stride, side // stride) for stride in (8, 16, 32)]
-        count = sum(h * w for h, w in shapes)
-        module = MultiScaleDeformableAttention(d_model, 8, 3, 4)
-        torch.nn.init.normal_(module.sampling_offsets.weight, std=0.1)  # points that depend on the query
-        torch.nn.init.normal_(module.attention_weights.weight, std=0.1)
-        keys = torch.randn(batch, count, d_model, requires_grad=args.backward)
-        query = torch.randn(batch, queries, d_model)
-        reference = torch.rand(batch, queries, 3, 4) * 0.5 + 0.25
+        print(row(name, side, queries, d_model, batch, args.backward))
 
-        def projected() -> torch.Tensor:
-            locations, weights = module.sampling(query, reference, shapes)
-            maps = module.value_proj.maps(keys, shapes, None, 8)
-            return step(deformable_sampling(maps, shapes, locations, weights))
 
-        def sampled() -> torch.Tensor:
-            locations, weights = module.sampling(query, reference, shapes)
-            return step(sampled_then_projected(keys, None, shapes, locations, weights, module.value_proj))
+def row(name: str, side: int, queries: int, d_model: int, batch: int, backward: bool) -> str:
+    """One table row: both forms of one attention call, timed alternately."""
+    shapes = [(side // stride, side // stride) for stride in (8, 16, 32)]
+    count = sum(h * w for h, w in shapes)
+    module = MultiScaleDeformableAttention(d_model, 8, 3, 4)
+    torch.nn.init.normal_(module.sampling_offsets.weight, std=0.1)  # points that depend on the query
+    torch.nn.init.normal_(module.attention_weights.weight, std=0.1)
+    keys = torch.randn(batch, count, d_model, requires_grad=backward)
+    query = torch.randn(batch, queries, d_model)
+    reference = torch.rand(batch, queries, 3, 4) * 0.5 + 0.25
 
-        def step(out: torch.Tensor) -> torch.Tensor:
-            if args.backward:
-                out.square().sum().backward()
-            return out.detach()
+    def step(out: torch.Tensor) -> torch.Tensor:
+        if backward:
+            out.square().sum().backward()
+        return out.detach()
 
-        with torch.set_grad_enabled(args.backward), torch.inference_mode(not args.backward):
-            difference = (projected() - sampled()).abs().max().item()
-            before, after = median_ms(projected, sampled)
-        ratio = count * d_model / (queries * 8 * 3 * 4 * 4)
-        print(f"| {name} | {ratio:.1f} | {before:.2f} | {after:.2f} | {difference:.1e} |")
+    def projected() -> torch.Tensor:
+        locations, weights = module.sampling(query, reference, shapes)
+        return step(deformable_sampling(module.value_proj.maps(keys, shapes, None, 8), shapes, locations, weights))
 
+    def sampled() -> torch.Tensor:
+        locations, weights = module.sampling(query, reference, shapes)
+        return step(sampled_then_projected(keys, None, shapes, locations, weights, module.value_proj))
+
+    with torch.set_grad_enabled(backward), torch.inference_mode(not backward):
+        difference = (projected() - sampled()).abs().max().item()
+        before, after = median_ms(projected, sampled)
+    ratio = count * d_model / (queries * 8 * 3 * 4 * 4)
+    return f"| {name} | {ratio:.1f} | {before:.2f} | {after:.2f} | {difference:.1e} |"
 
 if __name__ == "__main__":
     main()

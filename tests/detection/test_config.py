@@ -140,7 +140,7 @@ def test_with_arch_keeps_detrs_fields_and_takes_the_others_defaults():
     detr = with_arch(small, "detr")
     assert type(detr) is DetrConfig and (detr.hidden_dim, detr.num_queries, detr.backbone) == (128, 15, "resnet18")
     fast = with_arch(detr, "fast", query_groups=1)
-    assert fast == replace(small, last_stage=5, query_groups=1, encoder_levels=1)  # the technique fields: fast's defaults
+    assert fast == replace(small, last_stage=5, query_groups=1, encoder_levels=1)  # technique fields: fast's defaults
     with pytest.raises(ConfigError, match="unknown detector architecture 'nope'; choose one of detr, fast"):
         with_arch(small, "nope")
     with pytest.raises(ConfigError, match="unknown detector architecture"):

@@ -10,6 +10,7 @@ Both are post-norm, as DETR: LayerNorm(x + Sublayer(x)).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -97,7 +98,8 @@ class DeformableEncoder(nn.Module):
             if first and not torch.is_grad_enabled():  # at inference each layer's update is written into one copy
                 src = src.clone()  # of the keys, where each layer joined it to the fixed keys anew (a copy of all)
                 for layer in self.layers:
-                    src[:, first:] = layer.update(src, levels.pos, reference, levels.shapes, padding, first)
+                    src[:, first:] = cast(DeformableEncoderLayer, layer).update(src, levels.pos, reference,
+                                                                                levels.shapes, padding, first)
                 return src  # (batch, keys, d_model)
             for layer in self.layers:
                 src = layer(src, levels.pos, reference, levels.shapes, padding, first)

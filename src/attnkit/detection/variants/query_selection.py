@@ -78,7 +78,7 @@ class EncoderProposals(nn.Module):
         boxes are computed, and the unusable keys are zeroed for them alone (their scores are -1 whatever their
         logits: zeroing all keys' memory was a copy of it)."""
         anchors, usable = levels.geometry.derive("token_anchors", lambda: proposal_anchors(levels))
-        z = self.output(memory.masked_fill(~usable[..., None], 0) if self.training else memory)  # (batch, keys, d_model)
+        z = self.output(memory.masked_fill(~usable[..., None], 0) if self.training else memory)  # (batch, keys, d)
         logits = self.class_embed(z)
         probabilities = logits.sigmoid() if self.focal else logits.softmax(-1)[..., :-1]
         score = probabilities.max(-1).values.masked_fill(~usable, -1.0)  # (batch, keys)
@@ -86,7 +86,7 @@ class EncoderProposals(nn.Module):
         if self.training:
             boxes = (self.bbox_embed(z) + anchors).sigmoid()
             return logits, boxes, score, take(boxes, best).detach()
-        z = self.output(take(memory, best).masked_fill(~usable.gather(1, best)[..., None], 0))  # (batch, count, d_model)
+        z = self.output(take(memory, best).masked_fill(~usable.gather(1, best)[..., None], 0))  # (batch, count, d)
         return logits, None, score, (self.bbox_embed(z) + take(anchors, best)).sigmoid().detach()
 
 
