@@ -85,8 +85,8 @@ def test_rtdetr_contest_set_changes_attnkit_model_fields():
     script = benchmark_script("detector_vs_rtdetr")
     model, train = script.preset_at("small", 320, ["backbone=resnet", "backbone_block=basic",
                                                    "backbone_depths=[2,2,2,2]", "backbone_widths=[32,64,128,256]",
-                                                   "backbone_stem_width=32", "shared_values=true"])
-    assert model.backbone_widths == (32, 64, 128, 256) and model.backbone_stem_width == 32 and model.shared_values
+                                                   "backbone_stem_width=32", "two_stage=false"])
+    assert model.backbone_widths == (32, 64, 128, 256) and model.backbone_stem_width == 32 and not model.two_stage
     assert model.hidden_dim == 128 and train.train_scales == (320,)  # the rest is the preset's
     assert script.preset_at("small", 96)[0] == script.preset_at("small", 96, [])[0]
     # each RT-DETR kind's own recipe; the backbone's lr is the rest's unless given (a contest records it resolved)

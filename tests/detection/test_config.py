@@ -12,6 +12,7 @@ from attnkit.detection.config import (
     DetectionTrainConfig,
     DetrConfig,
     FastDetrConfig,
+    model_from_dict,
     override,
     preset,
     with_arch,
@@ -162,3 +163,12 @@ def test_focal_weights_are_checked():
         DetectionTrainConfig(focal_alpha=1.5)
     with pytest.raises(ConfigError, match="focal_gamma"):
         DetectionTrainConfig(focal_gamma=-1)
+
+
+def test_runs_saved_with_shared_values_off_load_and_runs_trained_with_them_are_refused():
+    """`shared_values` was removed: every fast run saved while it existed has it (off, unless trained with it)."""
+    saved = {"arch": "fast", "encoder_levels": 2, "two_stage": True, "iou_aware": True, "shared_values": False}
+    assert model_from_dict(saved) == FastDetrConfig(encoder_levels=2)
+    assert model_from_dict({"arch": "detr", "shared_values": False}) == DetrConfig()  # older runs saved it for DETR
+    with pytest.raises(ConfigError, match="trained with model.shared_values"):
+        model_from_dict({"arch": "fast", "shared_values": True})

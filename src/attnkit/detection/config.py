@@ -125,8 +125,6 @@ class FastDetrConfig(DetrConfig):
     encoder_levels: int = 1  # the deformable encoder updates the coarsest N levels, reading all (Lite DETR): 1 = C5
     # alone (RT-DETR's attention on S5; `medium` trained as well as with C4 and C5, and ran faster, BENCHMARKS.md,
     # "The encoder on C5 alone"); 2 = C4 and C5 (`small`); feature_levels or more: every level (Deformable DETR)
-    shared_values: bool = False  # one value projection, computed once, of the keys that layers read unchanged:
-    # the decoder's memory, the encoder's fixed levels (variants.shared_values; needs deformable_attention)
     cross_scale_fusion: bool = False  # RT-DETR's CNN fusion of the encoder's levels (top-down, then bottom-up)
     box_refinement: bool = True  # anchor-box queries, refined by every decoder layer
     distribution_refinement: bool = False  # the refinement as four edge distributions per layer (D-FINE's FDR,
@@ -162,9 +160,6 @@ class FastDetrConfig(DetrConfig):
         if self.stride4_level and not self.deformable_attention:
             raise ConfigError("stride4_level reads a stride-4 map, which only deformable attention can afford; "
                               "it needs deformable_attention")
-        if self.shared_values and not self.deformable_attention:
-            raise ConfigError("shared_values shares the deformable attention's value projections and needs "
-                              "deformable_attention; set shared_values to false to ablate deformable attention")
         if self.two_stage and not self.box_refinement:
             raise ConfigError("two_stage starts the decoder from proposed boxes and needs box_refinement; "
                               "set both to false to ablate refinement")
@@ -190,7 +185,7 @@ class FastDetrConfig(DetrConfig):
 MODEL_CONFIGS: dict[str, type[DetrConfig]] = {"detr": DetrConfig, "fast": FastDetrConfig}  # arch -> model config
 # what runs written before `fast` had its own config saved under "model" whatever the arch (DETR read none of it)
 _TECHNIQUE_FIELDS = frozenset({f.name for f in fields(FastDetrConfig)} - {f.name for f in fields(DetrConfig)}
-                              | {"lite_encoder"})
+                              | {"lite_encoder", "shared_values"})
 
 
 def with_arch(model: DetrConfig, arch: str, **changes: Any) -> DetrConfig:
@@ -207,15 +202,20 @@ def model_from_dict(values: dict[str, Any]) -> DetrConfig:
     """The model config saved as VALUES (config.json's "model": its arch and fields), older forms included.
 
     Older runs saved every technique field whatever the arch (DETR's are dropped), and lack those added
-    since (`two_stage`, `denoising_groups`, `shared_values` and `iou_aware` off; `encoder_levels`: every level,
-    or all but C3 where they had `lite_encoder`)."""
+    since (`two_stage`, `denoising_groups` and `iou_aware` off; `encoder_levels`: every level, or all but C3
+    where they had `lite_encoder`). `shared_values` (one value projection for several layers) was removed on
+    7 December 2026: runs saved with it off load, runs trained with it get a ConfigError."""
     values = dict(values)
     arch = values.pop("arch", "detr")
     if arch not in MODEL_CONFIGS:
         raise ConfigError(f"unknown detector architecture {arch!r}; choose one of {', '.join(MODEL_CONFIGS)}")
     if MODEL_CONFIGS[arch] is DetrConfig:
         return DetrConfig(**{k: v for k, v in values.items() if k not in _TECHNIQUE_FIELDS})
-    values = {"two_stage": False, "denoising_groups": 0, "shared_values": False, "iou_aware": False, **values}
+    if values.pop("shared_values", False):
+        raise ConfigError("this run was trained with model.shared_values, which attnkit no longer builds (its "
+                          "speed now comes without sharing: the deformable attention samples the keys first); "
+                          "train it again, or use an attnkit from before 7 December 2026")
+    values = {"two_stage": False, "denoising_groups": 0, "iou_aware": False, **values}
     if "encoder_levels" not in values:
         levels = values.get("feature_levels", 3)
         values["encoder_levels"] = max(levels - 1, 1) if values.pop("lite_encoder", False) else levels

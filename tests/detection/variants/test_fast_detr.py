@@ -22,7 +22,7 @@ OPTIONS = [{}, dict(feature_levels=1), dict(deformable_attention=False, encoder_
            dict(distribution_refinement=True, localization_distillation=True),
            dict(distribution_refinement=True, denoising_groups=2, two_stage=False), dict(matchability_aware=True),
            dict(cross_scale_fusion=True, encoder_levels=2), dict(cross_scale_fusion=True),
-           dict(stride4_level=True), dict(stride4_level=True, shared_values=True, last_stage=5), ALL_OFF]
+           dict(stride4_level=True), dict(stride4_level=True, last_stage=5), ALL_OFF]
 
 
 def _tiny(**fields) -> FastDetrConfig:

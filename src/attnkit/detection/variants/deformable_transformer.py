@@ -19,7 +19,6 @@ from torch import Tensor, nn
 from attnkit.detection.variants.multi_scale_deformable_attention import MultiScaleDeformableAttention
 from attnkit.detection.variants.multi_scale_features import FlatLevels
 from attnkit.detection.variants.query_groups import stack_groups, unstack_groups
-from attnkit.detection.variants.shared_values import SharedValues
 from attnkit.nn import MultiHeadAttention
 from attnkit.nn.dropout import Dropout
 
@@ -47,20 +46,18 @@ class DeformableEncoderLayer(nn.Module):
         self.ffn = FeedForward(d_model, dim_feedforward, dropout)
 
     def forward(self, x: Tensor, pos: Tensor, reference: Tensor, shapes: Sequence[tuple[int, int]],
-                padding: Tensor | None, first: int = 0, given: Sequence[Tensor] = ()) -> Tensor:
+                padding: Tensor | None, first: int = 0) -> Tensor:
         """x, pos: (batch, keys, d_model); reference: (batch, keys, levels, 2); padding: (batch, keys) or None.
-        first: the keys before it are read (as values) but not updated (`variants.lite_encoder`).
-        given: the first levels' values, already projected (`variants.shared_values`); X, POS, REFERENCE and
-        PADDING then hold the other levels' keys only."""
-        updated = self.update(x, pos, reference, shapes, padding, first, given)
+        first: the keys before it are read (as values) but not updated (`variants.lite_encoder`)."""
+        updated = self.update(x, pos, reference, shapes, padding, first)
         return torch.cat([x[:, :first], updated], 1) if first else updated  # (batch, keys, d_model)
 
     def update(self, x: Tensor, pos: Tensor, reference: Tensor, shapes: Sequence[tuple[int, int]],
-               padding: Tensor | None, first: int = 0, given: Sequence[Tensor] = ()) -> Tensor:
+               padding: Tensor | None, first: int = 0) -> Tensor:
         """`forward`'s updated keys alone: (batch, keys - first, d_model)."""
         query = x[:, first:]  # (batch, updated keys, d_model)
         query = self.norm(query + self.dropout(self.self_attn(query + pos[:, first:], reference[:, first:], x, shapes,
-                                                              padding, given)))
+                                                              padding)))
         return self.ffn(query)
 
 
@@ -81,12 +78,11 @@ def encoder_reference_points(shapes: Sequence[tuple[int, int]], valid_ratios: Te
 
 
 class DeformableEncoder(nn.Module):
-    """A stack of deformable encoder layers (no final norm: post-norm layers end normalised).
-    shared: one value projection of the levels the layers read but do not update (`variants.shared_values`)."""
+    """A stack of deformable encoder layers (no final norm: post-norm layers end normalised)."""
 
-    def __init__(self, layers: list[DeformableEncoderLayer], shared: SharedValues | None = None) -> None:
+    def __init__(self, layers: list[DeformableEncoderLayer]) -> None:
         super().__init__()
-        self.layers, self.shared = nn.ModuleList(layers), shared
+        self.layers = nn.ModuleList(layers)
 
     def forward(self, levels: FlatLevels) -> Tensor:
         """levels: the flattened keys -> memory (batch, keys, d_model)."""
@@ -94,24 +90,15 @@ class DeformableEncoder(nn.Module):
                                            lambda: encoder_reference_points(levels.shapes, levels.valid_ratios))
         fixed, src, padding = self.fixed_levels(len(levels.shapes)), levels.src, levels.key_padding
         first = sum(height * width for height, width in levels.shapes[:fixed])
-        if self.shared is None or not fixed:
-            if first and not torch.is_grad_enabled():  # at inference each layer's update is written into one copy
-                src = src.clone()  # of the keys, where each layer joined it to the fixed keys anew (a copy of all)
-                for layer in self.layers:
-                    src[:, first:] = cast(DeformableEncoderLayer, layer).update(src, levels.pos, reference,
-                                                                                levels.shapes, padding, first)
-                return src  # (batch, keys, d_model)
+        if first and not torch.is_grad_enabled():  # at inference each layer's update is written into one copy of
+            src = src.clone()  # the keys, where each layer joined it to the fixed keys anew (a copy of all keys)
             for layer in self.layers:
-                src = layer(src, levels.pos, reference, levels.shapes, padding, first)
+                src[:, first:] = cast(DeformableEncoderLayer, layer).update(src, levels.pos, reference,
+                                                                            levels.shapes, padding, first)
             return src  # (batch, keys, d_model)
-        # the fixed levels' values projected once; the layers then read them through these alone, and run on the
-        # updated keys, joined to the fixed ones once at the end
-        given = self.shared(src[:, :first], levels.shapes[:fixed], None if padding is None else padding[:, :first])
-        updated, pos, reference = src[:, first:], levels.pos[:, first:], reference[:, first:]
-        updated_padding = None if padding is None else padding[:, first:]
         for layer in self.layers:
-            updated = layer(updated, pos, reference, levels.shapes, updated_padding, 0, given)
-        return torch.cat([src[:, :first], updated], 1)  # (batch, keys, d_model)
+            src = layer(src, levels.pos, reference, levels.shapes, padding, first)
+        return src  # (batch, keys, d_model)
 
     def fixed_levels(self, count: int) -> int:
         """Of COUNT levels (finest first), how many the layers read but do not update: none here."""
@@ -122,23 +109,23 @@ class DeformableDecoderLayer(nn.Module):
     """Self-attention among queries (positions on queries and keys), deformable cross-attention, FFN."""
 
     def __init__(self, d_model: int, num_heads: int, dim_feedforward: int, dropout: float, num_levels: int,
-                 num_points: int, own_values: bool = True) -> None:
+                 num_points: int) -> None:
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, batch_first=True)
-        self.cross_attn = MultiScaleDeformableAttention(d_model, num_heads, num_levels, num_points, own_values)
+        self.cross_attn = MultiScaleDeformableAttention(d_model, num_heads, num_levels, num_points)
         self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
         self.dropout1, self.dropout2 = Dropout(dropout), Dropout(dropout)
         self.ffn = FeedForward(d_model, dim_feedforward, dropout)
 
     def forward(self, x: Tensor, query_pos: Tensor, reference: Tensor, memory: Tensor, pos: Tensor,
                 padding: Tensor | None, shapes: Sequence[tuple[int, int]], self_mask: Tensor | None,
-                groups: int = 1, given: Sequence[Tensor] = ()) -> Tensor:
+                groups: int = 1) -> Tensor:
         """x, query_pos: (batch, queries, d_model); reference: (batch, queries, levels, 2 or 4); memory:
         (batch, keys, d_model); self_mask: (queries, queries) True = not allowed, or GROUPS > 1 groups of
         consecutive queries, each attending within its own group only. `pos` is unused: the sampling
-        locations carry the positions. given: every level's values, already projected (`shared_values`)."""
+        locations carry the positions."""
         q = stack_groups(x + query_pos, groups)  # (batch * groups, queries / groups, d_model)
         attended = self.self_attn(q, q, stack_groups(x, groups), attn_mask=self_mask, need_weights=False)[0]
         x = self.norm1(x + self.dropout1(unstack_groups(attended, groups)))
-        x = self.norm2(x + self.dropout2(self.cross_attn(x + query_pos, reference, memory, shapes, padding, given)))
+        x = self.norm2(x + self.dropout2(self.cross_attn(x + query_pos, reference, memory, shapes, padding)))
         return self.ffn(x)  # (batch, queries, d_model)

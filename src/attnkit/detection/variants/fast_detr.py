@@ -65,7 +65,6 @@ from attnkit.detection.variants.matchability_aware_loss import build_matchabilit
 from attnkit.detection.variants.multi_scale_features import FlatLevels, LevelProjection, MultiScaleJoiner
 from attnkit.detection.variants.query_groups import group_attention_mask, group_losses, split_groups
 from attnkit.detection.variants.query_selection import EncoderProposals, proposal_losses
-from attnkit.detection.variants.shared_values import SharedValues
 from attnkit.detection.variants.varifocal_loss import build_varifocal_criterion
 from attnkit.nn import PositionEmbeddingSine2D, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder
 
@@ -98,13 +97,11 @@ class DenseDecoderLayer(nn.Module):
 
 
 class QueryDecoder(nn.Module):
-    """The decoder layers run one by one, each reading (and, with refinement, moving) the queries' references.
-    shared: one value projection of the memory for all (deformable) layers (`shared_values`)."""
+    """The decoder layers run one by one, each reading (and, with refinement, moving) the queries' references."""
 
-    def __init__(self, layers: list[nn.Module], norm: nn.LayerNorm, queries: AnchorBoxQueries | LearnedQueries,
-                 shared: SharedValues | None = None) -> None:
+    def __init__(self, layers: list[nn.Module], norm: nn.LayerNorm, queries: AnchorBoxQueries | LearnedQueries) -> None:
         super().__init__()
-        self.layers, self.norm, self.queries, self.shared = nn.ModuleList(layers), norm, queries, shared
+        self.layers, self.norm, self.queries = nn.ModuleList(layers), norm, queries
 
     def forward(self, memory: Tensor, levels: FlatLevels, num_queries: int, self_mask: Tensor | None,
                 reference: Tensor | None = None, denoising: DenoisingQueries | None = None,
@@ -124,11 +121,10 @@ class QueryDecoder(nn.Module):
             reference = torch.cat([denoising.boxes, reference], 1)
         hidden: list[Tensor] = []
         boxes: list[LayerBoxes] = []
-        values = {} if self.shared is None else {"given": self.shared(memory, levels.shapes, levels.key_padding)}
         for index, layer in enumerate(self.layers):
             query_pos = self.queries.query_pos(reference, batch, num_queries)  # (batch, queries, d_model)
             x = layer(x, query_pos, level_reference(reference, levels), memory, levels.pos, levels.key_padding,
-                      levels.shapes, self_mask, groups, **values)
+                      levels.shapes, self_mask, groups)
             hidden.append(self.norm(x))
             boxes.append(self.queries.boxes(index, hidden[-1], reference, boxes[-1] if boxes else None))
             reference = boxes[-1].boxes.detach() if self.queries.refines else reference
@@ -256,16 +252,12 @@ def build_fast_detr(config: FastDetrConfig, backbone_weights: Path | None = None
     backbone = MultiScaleJoiner(resnet, position, config.feature_levels, config.stride4_level)
     encoder: nn.Module
     layers: list[nn.Module]
-    shared = None
     if config.deformable_attention:
         sizes = (d, config.num_heads, config.dim_feedforward, config.dropout, levels, config.deformable_points)
         encoder_layers = [DeformableEncoderLayer(*sizes) for _ in range(config.enc_layers)]
-        encoder = (LiteEncoder(encoder_layers, config.encoder_levels,
-                               SharedValues(d, config.num_heads) if config.shared_values else None)
+        encoder = (LiteEncoder(encoder_layers, config.encoder_levels)
                    if config.encoder_levels < levels else DeformableEncoder(encoder_layers))  # every level updated
-        layers = [DeformableDecoderLayer(*sizes, own_values=not config.shared_values)
-                  for _ in range(config.dec_layers)]
-        shared = SharedValues(d, config.num_heads) if config.shared_values else None
+        layers = [DeformableDecoderLayer(*sizes) for _ in range(config.dec_layers)]
     else:
         transformer = detr_transformer(config)
         assert isinstance(transformer.encoder, TransformerEncoder)  # detr_transformer's own encoder and decoder
@@ -280,7 +272,7 @@ def build_fast_detr(config: FastDetrConfig, backbone_weights: Path | None = None
     denoising = (DenoisingGenerator(config.num_classes, d, config.denoising_groups, config.denoising_label_noise,
                                     config.denoising_box_noise) if config.denoising_groups else None)
     return FastDETR(backbone, LevelProjection(backbone.num_channels, d, backbone.made_levels), encoder,
-                    QueryDecoder(layers, nn.LayerNorm(d), queries, shared), config.num_classes, config.num_queries,
+                    QueryDecoder(layers, nn.LayerNorm(d), queries), config.num_classes, config.num_queries,
                     config.query_groups, config.focal_loss, config.aux_loss, proposals, denoising,
                     CrossScaleFusion(d, levels) if config.cross_scale_fusion else None)
 

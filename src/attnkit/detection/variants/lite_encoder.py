@@ -14,15 +14,13 @@ all levels as before.
 from __future__ import annotations
 
 from attnkit.detection.variants.deformable_transformer import DeformableEncoder, DeformableEncoderLayer
-from attnkit.detection.variants.shared_values import SharedValues
 
 
 class LiteEncoder(DeformableEncoder):
     """The deformable encoder whose layers update the coarsest UPDATED_LEVELS levels' tokens only."""
 
-    def __init__(self, layers: list[DeformableEncoderLayer], updated_levels: int,
-                 shared: SharedValues | None = None) -> None:
-        super().__init__(layers, shared)
+    def __init__(self, layers: list[DeformableEncoderLayer], updated_levels: int) -> None:
+        super().__init__(layers)
         self.updated_levels = updated_levels
 
     def fixed_levels(self, count: int) -> int:

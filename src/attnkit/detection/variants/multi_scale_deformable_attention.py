@@ -150,18 +150,16 @@ GATHER_PAYS = 10.0
 
 
 class MultiScaleDeformableAttention(nn.Module):
-    """Eq. 3 with M heads, L levels and K points per head and level; batch first throughout.
-    own_values=False: no value projection of its own, every level's values are given (`shared_values`)."""
+    """Eq. 3 with M heads, L levels and K points per head and level; batch first throughout."""
 
-    def __init__(self, d_model: int, num_heads: int, num_levels: int, num_points: int,
-                 own_values: bool = True) -> None:
+    def __init__(self, d_model: int, num_heads: int, num_levels: int, num_points: int) -> None:
         super().__init__()
         if d_model % num_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
         self.num_heads, self.num_levels, self.num_points = num_heads, num_levels, num_points
         self.sampling_offsets = nn.Linear(d_model, num_heads * num_levels * num_points * 2)
         self.attention_weights = nn.Linear(d_model, num_heads * num_levels * num_points)
-        self.value_proj = ValueProjection(d_model, d_model) if own_values else None
+        self.value_proj = ValueProjection(d_model, d_model)
         self.output_proj = nn.Linear(d_model, d_model)
         self.reset_parameters()
 
@@ -177,27 +175,19 @@ class MultiScaleDeformableAttention(nn.Module):
         nn.init.zeros_(self.attention_weights.weight)
         nn.init.zeros_(self.attention_weights.bias)
         for linear in (self.value_proj, self.output_proj):
-            if linear is None:
-                continue
             nn.init.xavier_uniform_(linear.weight)
             nn.init.zeros_(linear.bias)
 
     def forward(self, query: Tensor, reference: Tensor, value: Tensor, shapes: Sequence[tuple[int, int]],
-                padding: Tensor | None = None, given: Sequence[Tensor] = ()) -> Tensor:
+                padding: Tensor | None = None) -> Tensor:
         """query: (batch, queries, d_model); reference: (batch, queries, levels, 2 or 4) in [0, 1] of each
         level's map; value: (batch, keys, d_model) with keys = sum of h * w over SHAPES; padding:
-        (batch, keys), True where a key is padding. Returns (batch, queries, d_model).
-        given: the first levels' values already projected (`shared_values`), per level (batch * heads,
-        head_dim, h, w); VALUE and PADDING then hold the other levels' keys only."""
-        own = shapes[len(given):]
+        (batch, keys), True where a key is padding. Returns (batch, queries, d_model)."""
         locations, weights = self.sampling(query, reference, shapes)
-        if not given and self.value_proj is not None and self.samples_pay(query, value):
+        if self.samples_pay(query, value):
             return self.output_proj(sampled_then_projected(value, padding, shapes, locations, weights,
                                                            self.value_proj))
-        maps = list(given)
-        if own:
-            assert self.value_proj is not None, "own_values=False: every level's values are given"
-            maps += self.value_proj.maps(value, own, padding, self.num_heads)
+        maps = self.value_proj.maps(value, shapes, padding, self.num_heads)
         return self.output_proj(deformable_sampling(maps, shapes, locations, weights))
 
     def samples_pay(self, query: Tensor, value: Tensor) -> bool:
