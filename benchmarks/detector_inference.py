@@ -91,11 +91,10 @@ def training_step_ms(models: dict[str, torch.nn.Module], config: DetectionConfig
 
 def free_sampling(model: torch.nn.Module) -> torch.nn.Module:
     """MODEL with every deformable attention's sampling skipped: a lower bound for any kernel that samples."""
-    def forward(self, query, reference, value, shapes, padding=None, given=()):
+    def forward(self, query, reference, value, shapes, padding=None):
         for projection, inputs in ((self.value_proj, value), (self.sampling_offsets, query),
                                    (self.attention_weights, query)):
-            if projection is not None:  # no value projection of its own: the values are given
-                projection(inputs)  # computed and dropped: what any sampling kernel would be given
+            projection(inputs)  # computed and dropped: what any sampling kernel would be given
         return self.output_proj(query.new_zeros(query.shape))
 
     for module in model.modules():
