@@ -633,12 +633,15 @@ def latency(args) -> dict:
 
     from attnkit.detection.architectures import build_model
     from attnkit.detection.backbone import fold_batch_norms
+    from attnkit.nn.onednn_linear import onednn_linears
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    # attnkit's models as `attnkit detect` runs them: the BatchNorms folded into the convolutions (Detector.from_run)
+    # attnkit's models as `attnkit detect` runs them (Detector.from_run): the BatchNorms folded into the
+    # convolutions, the Linears through oneDNN on the CPU
     device = torch.device(args.device)
-    ours = {name: fold_batch_norms(build_model(replace(preset_at(name, 96, args.set)[0], num_classes=5))).to(device)
+    ours = {name: onednn_linears(fold_batch_norms(build_model(replace(preset_at(name, 96, args.set)[0],
+                                                                      num_classes=5)))).to(device)
             for name in args.presets}
     theirs = {kind: build_rtdetr(kind, 5).eval().to(device) for kind in args.rtdetr_kinds}
     models = {**{f"attnkit {n}": m for n, m in ours.items()}, **theirs}

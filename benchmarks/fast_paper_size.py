@@ -1,7 +1,8 @@
 """`fast` against DETR at the paper's size (`detr-r50` preset, 800 x 800, batch 1), and `fast` with some of its
 fields changed (`--variant LABEL:FIELD=VALUE,...`), all alternating call by call in one process (the order
 rotated each round), eval mode under `torch.inference_mode`, random weights, the BatchNorms folded into the
-convolutions as `attnkit detect` runs a model; medians after a warm-up call. `--every-key` adds `fast` as it ran
+convolutions and the Linears through oneDNN (`--mkl-linears`: not) as `attnkit detect` runs a model; medians after
+a warm-up call. `--every-key` adds `fast` as it ran
 before its deformable attention sampled the keys first (`sampled_then_projected`): every key projected.
 
     .venv/bin/python benchmarks/fast_paper_size.py --rounds 6 --every-key \\
@@ -21,6 +22,7 @@ from attnkit.detection.architectures import build_model
 from attnkit.detection.backbone import fold_batch_norms
 from attnkit.detection.config import preset, with_arch
 from attnkit.detection.variants import multi_scale_deformable_attention
+from attnkit.nn.onednn_linear import onednn_linears
 
 
 def variant(text: str) -> tuple[str, dict]:
@@ -39,13 +41,20 @@ def main() -> None:
                         help="one more `fast` arm: LABEL:FIELD=VALUE,... (its config fields changed)")
     parser.add_argument("--every-key", action="store_true",
                         help="one more arm: `fast` with every key projected (sampling first never pays)")
+    parser.add_argument("--mkl-linears", action="store_true",
+                        help="every arm's Linears through PyTorch's own product (MKL), as before `onednn_linears`")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     config = preset(args.preset)[0]
     torch.manual_seed(0)
-    arms = {arch: fold_batch_norms(build_model(with_arch(config, arch))) for arch in ("detr", "fast")}
+    def prepared(model: torch.nn.Module) -> torch.nn.Module:
+        """As `Detector.from_run` runs a model: BatchNorms folded, Linears through oneDNN unless --mkl-linears."""
+        model = fold_batch_norms(model)
+        return model if args.mkl_linears else onednn_linears(model)
+
+    arms = {arch: prepared(build_model(with_arch(config, arch))) for arch in ("detr", "fast")}
     for label, changes in args.variant:
-        arms[f"fast, {label}"] = fold_batch_norms(build_model(with_arch(config, "fast", **changes)))
+        arms[f"fast, {label}"] = prepared(build_model(with_arch(config, "fast", **changes)))
     every_key = "fast, every key projected"
     if args.every_key:
         arms[every_key] = arms["fast"]

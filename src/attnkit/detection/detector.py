@@ -22,6 +22,7 @@ from attnkit.detection.pipeline import DetectionPipeline, Detections, ImageInput
 from attnkit.detection.postprocess import postprocess
 from attnkit.errors import CheckpointError, ConfigError
 from attnkit.nn.compiled import CompiledForward
+from attnkit.nn.onednn_linear import onednn_linears
 
 
 class Detector:
@@ -76,6 +77,8 @@ class Detector:
             if device.type != "cpu":
                 raise ConfigError(f"quantize={quantize!r} runs on the CPU, not {device}")
             model = quantize_int8(model)
+        else:
+            onednn_linears(model)  # on the CPU the Linears run oneDNN's product where it pays (float32, inference)
         return cls(model, config, device, compile)
 
     @torch.no_grad()

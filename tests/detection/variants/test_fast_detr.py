@@ -313,6 +313,31 @@ def test_an_unpadded_batch_geometry_is_kept_per_size_and_changes_nothing():
     assert len(model.backbone._kept) == 3  # the same size outside inference mode is kept apart
 
 
+def test_the_kept_positions_follow_the_level_embeddings_as_training_changes_them():
+    """Without gradients an unpadded size's positions (with the level embeddings) are kept; an optimizer's step
+    or loaded weights change the embeddings, and the next call adds the new ones."""
+    torch.manual_seed(0)
+    model = build_model(_tiny()).eval()
+    images, unpadded = torch.randn(2, 3, 64, 80), torch.zeros(2, 64, 80, dtype=torch.bool)
+
+    def positions() -> torch.Tensor:
+        with torch.inference_mode():
+            return model.input_proj(model.backbone(images, unpadded)).pos
+
+    kept = positions()
+    assert positions() is kept  # the same size again: the kept tensor
+    geometry = model.backbone.geometry(unpadded, model.input_proj(model.backbone(images, unpadded)).shapes)
+    expected = torch.cat([p + e for p, e in zip(geometry.positions, model.input_proj.level_embed)], 1)
+    torch.testing.assert_close(kept, expected.detach())
+    embed = model.input_proj.level_embed
+    embed.grad = torch.ones_like(embed)
+    torch.optim.SGD([embed], lr=1.0).step()  # in place, as training's steps write it
+    torch.testing.assert_close(positions(), kept - 1.0)
+    model.load_state_dict({**model.state_dict(), "input_proj.level_embed": torch.zeros_like(
+        model.input_proj.level_embed)})
+    torch.testing.assert_close(positions(), torch.cat(geometry.positions, 1))
+
+
 def test_an_unpadded_batch_skips_the_masks_and_ratios_and_detects_the_same(monkeypatch):
     torch.manual_seed(0)
     model = build_model(_tiny()).eval()

@@ -145,9 +145,26 @@ class LevelProjection(nn.Module):
             made = proj(made)
             maps.append(made)
         src = [m.flatten(2).transpose(1, 2) for m in maps]  # (batch, h * w, d_model)
-        pos = geometry.positions if self.level_embed is None else \
-            [p + e for p, e in zip(geometry.positions, self.level_embed)]
-        return FlatLevels(torch.cat(src, 1), torch.cat(pos, 1), geometry)
+        return FlatLevels(torch.cat(src, 1), self.positions(geometry), geometry)
+
+    def positions(self, geometry: LevelGeometry) -> Tensor:
+        """The sine positions plus each level's embedding, (batch, keys, d_model). Without gradients they are kept
+        with the geometry while the embeddings stay as they are (an optimizer's step or loaded weights change their
+        version): otherwise each call adds and joins every key's position anew, keys x d_model (13,125 x 256 at
+        800 px)."""
+        embed = self.level_embed
+
+        def compute() -> Tensor:
+            pos = geometry.positions if embed is None else [p + e for p, e in zip(geometry.positions, embed)]
+            return torch.cat(pos, 1)
+
+        if torch.is_grad_enabled() or torch.compiler.is_compiling():
+            return compute()
+        version = None if embed is None else (embed.data_ptr(), embed._version)
+        kept = geometry.derived.get("positions")
+        if kept is None or kept[0] != version:
+            kept = geometry.derived["positions"] = (version, compute())
+        return kept[1]
 
 
 def valid_ratio(mask: Tensor) -> Tensor:

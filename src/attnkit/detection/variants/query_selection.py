@@ -80,8 +80,9 @@ class EncoderProposals(nn.Module):
         anchors, usable = levels.geometry.derive("token_anchors", lambda: proposal_anchors(levels))
         z = self.output(memory.masked_fill(~usable[..., None], 0) if self.training else memory)  # (batch, keys, d)
         logits = self.class_embed(z)
-        probabilities = logits.sigmoid() if self.focal else logits.softmax(-1)[..., :-1]
-        score = probabilities.max(-1).values.masked_fill(~usable, -1.0)  # (batch, keys)
+        # the sigmoid is increasing: the best class's probability is the sigmoid of its logit (one per key)
+        score = logits.max(-1).values.sigmoid() if self.focal else logits.softmax(-1)[..., :-1].max(-1).values
+        score = score.masked_fill(~usable, -1.0)  # (batch, keys)
         best = best_keys(score, count)  # (batch, count)
         if self.training:
             boxes = (self.bbox_embed(z) + anchors).sigmoid()
