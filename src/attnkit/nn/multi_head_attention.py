@@ -18,6 +18,8 @@ and keys with a `RotaryEmbedding`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -38,6 +40,8 @@ class MultiHeadAttention(nn.Module):
 
     bias_k: nn.Parameter | None
     bias_v: nn.Parameter | None
+    # x W^T + b of the packed projections: PyTorch's, or oneDNN's where it pays (`nn.onednn_linear.onednn_linears`)
+    product: Callable[[Tensor, Tensor, Tensor | None], Tensor] = staticmethod(F.linear)
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
                  add_bias_kv: bool = False, add_zero_attn: bool = False, kdim: int | None = None,
@@ -163,7 +167,7 @@ class MultiHeadAttention(nn.Module):
                 bias_kv = None if bias is None else bias[self.embed_dim:]
                 k, v = self._linear("kv", key, self.in_proj_weight[self.embed_dim:], bias_kv).chunk(2, dim=-1)
             else:
-                k, v = F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
+                k, v = self.product(key, w_k, b_k), self.product(value, w_v, b_v)
         q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)
         q, k = self._rotate(q, offset), self._rotate(k, offset)
         return (q, *cache.extend(k, v)) if cache is not None else (q, k, v)
@@ -172,7 +176,7 @@ class MultiHeadAttention(nn.Module):
         """x WEIGHT^T + BIAS, by the int8 copy of that PART of the packed projection where the module has them."""
         if self.int8_projections is not None:
             return self.int8_projections[part](x)
-        return F.linear(x, weight, bias)
+        return self.product(x, weight, bias)
 
     def _in_proj_bias(self, dtype: torch.dtype) -> Tensor | None:
         """in_proj_bias in the inputs' dtype: torch adds a half-precision bias to double inputs, and so does this."""

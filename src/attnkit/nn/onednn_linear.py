@@ -1,12 +1,13 @@
-"""Linear layers through oneDNN's inner product at CPU inference.
+"""Linear layers through oneDNN's matrix product at CPU inference.
 
 PyTorch computes a float32 `nn.Linear` on the CPU with MKL's matrix product. On AMD CPUs that runs at about
-half the rate of oneDNN's inner product, which PyTorch ships too and uses for its convolutions (BENCHMARKS.md,
-"Linear layers through oneDNN"): y = x W^T + b is the same product either way, summed in another order
-(outputs equal within 1e-5). `onednn_linears` marks a model's Linear modules so that, without gradients,
-on float32 CPU inputs large enough to pay (rows x inputs x outputs >= `ONEDNN_PAYS`), they call
-`aten::mkldnn_linear` with the weight converted once, and PyTorch's own product otherwise (training, other
-devices and dtypes, small products, traced, exported and compiled graphs). Parameters and state dicts are
+half the rate of oneDNN's, which PyTorch ships too, for its convolutions and, through `torch.compile`, for
+the Linears of compiled graphs (`mkldnn::_linear_pointwise`). y = x W^T + b is the same product either way,
+summed in another order (outputs equal within float32 rounding). `onednn_linears` marks a model's Linear modules
+and attention's packed projections so that, without gradients, on float32 CPU inputs large enough to pay
+(rows x inputs x outputs >= `ONEDNN_PAYS`), they call that operator on the dense tensors as they are (no layout
+conversions), and PyTorch's own product otherwise: training, other devices and dtypes, small products, traced,
+exported and compiled graphs (BENCHMARKS.md, "Linear layers through oneDNN"). Parameters and state dicts are
 unchanged: the modules stay `nn.Linear`s.
 """
 
@@ -17,46 +18,44 @@ from typing import TypeVar
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.modules.linear import NonDynamicallyQuantizableLinear
 
-ONEDNN_PAYS = 2 ** 23  # multiply-adds: below about this the conversions cost more than the faster product saves
+from attnkit.nn.multi_head_attention import MultiHeadAttention
+
+ONEDNN_PAYS = 2 ** 20  # multiply-adds: about where oneDNN's product and MKL's take the same time on this CPU
 Model = TypeVar("Model", bound=nn.Module)
 
 
-class OneDnnLinear(nn.Linear):
-    """An `nn.Linear` whose inference on float32 CPU tensors runs oneDNN's inner product when it pays."""
+def onednn_available() -> bool:
+    """Whether this build of PyTorch has oneDNN and its dense Linear operator."""
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
-    _onednn: tuple[tuple[int, ...], Tensor, Tensor | None] | None = None  # ((address, version) of W and b, W, b)
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """F.linear(x, WEIGHT, BIAS): oneDNN's product where it pays (float32 on the CPU without gradients, outside
+    traced, exported and compiled graphs), PyTorch's otherwise."""
+    if (torch.is_grad_enabled() or x.device.type != "cpu" or x.dtype != torch.float32 or weight.dtype != torch.float32
+            or x.numel() // max(x.shape[-1], 1) * weight.numel() < ONEDNN_PAYS
+            or torch.jit.is_tracing() or torch.compiler.is_compiling() or torch.onnx.is_in_onnx_export()):
+        return F.linear(x, weight, bias)
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")  # (..., out_features)
+
+
+class OneDnnLinear(nn.Linear):
+    """An `nn.Linear` whose product is `linear`'s."""
 
     def forward(self, x: Tensor) -> Tensor:
-        rows = x.numel() // max(x.shape[-1], 1)
-        if (torch.is_grad_enabled() or x.device.type != "cpu" or x.dtype != torch.float32
-                or self.weight.dtype != torch.float32 or rows * self.in_features * self.out_features < ONEDNN_PAYS
-                or torch.jit.is_tracing() or torch.compiler.is_compiling() or torch.onnx.is_in_onnx_export()):
-            return F.linear(x, self.weight, self.bias)
-        weight, bias = self._onednn_weights()
-        y = torch.ops.aten.mkldnn_linear(x.reshape(rows, self.in_features).to_mkldnn(), weight, bias)
-        return y.to_dense().view(*x.shape[:-1], self.out_features)  # (..., out_features)
-
-    def __getstate__(self) -> dict:
-        """Copies and pickles leave the converted weights out (they are made again from W and b)."""
-        return {k: v for k, v in super().__getstate__().items() if k != "_onednn"}
-
-    def _onednn_weights(self) -> tuple[Tensor, Tensor | None]:
-        """W and b in oneDNN's layout, converted again when an optimizer's step or loaded weights changed W."""
-        version = (self.weight.data_ptr(), self.weight._version, *(() if self.bias is None else
-                                                                   (self.bias.data_ptr(), self.bias._version)))
-        if self._onednn is None or self._onednn[0] != version:
-            self._onednn = (version, self.weight.detach().to_mkldnn(),
-                            None if self.bias is None else self.bias.detach().to_mkldnn())
-        return self._onednn[1], self._onednn[2]
+        return linear(x, self.weight, self.bias)
 
 
 def onednn_linears(module: Model) -> Model:
-    """MODULE (in place) with each of its `nn.Linear`s (exactly that class: not quantized or other subclasses) an
-    `OneDnnLinear`. Nothing changes where oneDNN is not in this build of PyTorch."""
-    if not torch.backends.mkldnn.is_available():
-        return module
-    for layer in module.modules():
-        if type(layer) is nn.Linear:
-            layer.__class__ = OneDnnLinear
+    """MODULE (in place) with each of its `nn.Linear`s (that class, or the attention's output projection's marker
+    subclass; not quantized ones) an `OneDnnLinear`, and its `MultiHeadAttention`s' packed projections through
+    `linear`. Nothing changes where this PyTorch lacks oneDNN."""
+    if onednn_available():
+        for layer in module.modules():
+            if type(layer) in (nn.Linear, NonDynamicallyQuantizableLinear):
+                layer.__class__ = OneDnnLinear
+            elif isinstance(layer, MultiHeadAttention):
+                layer.product = linear
     return module

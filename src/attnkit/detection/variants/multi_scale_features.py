@@ -151,14 +151,14 @@ class LevelProjection(nn.Module):
         """The sine positions plus each level's embedding, (batch, keys, d_model). Without gradients they are kept
         with the geometry while the embeddings stay as they are (an optimizer's step or loaded weights change their
         version): otherwise each call adds and joins every key's position anew, keys x d_model (13,125 x 256 at
-        800 px)."""
+        800 px). Embeddings made under inference mode keep no version: added each call."""
         embed = self.level_embed
 
         def compute() -> Tensor:
             pos = geometry.positions if embed is None else [p + e for p, e in zip(geometry.positions, embed)]
             return torch.cat(pos, 1)
 
-        if torch.is_grad_enabled() or torch.compiler.is_compiling():
+        if torch.is_grad_enabled() or torch.compiler.is_compiling() or (embed is not None and embed.is_inference()):
             return compute()
         version = None if embed is None else (embed.data_ptr(), embed._version)
         kept = geometry.derived.get("positions")
