@@ -30,10 +30,12 @@ row, keeps the model's distribution.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, cast
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit.errors import ConfigError
@@ -139,6 +141,9 @@ class TranslationCache(DecoderCache):
 class Seq2SeqTransformer(nn.Module):
     """Embeddings * sqrt(d_model) + positions, the encoder-decoder, and the tied output projection."""
 
+    # x W^T + b of the tied output projection: PyTorch's, or oneDNN's where it pays (Translator.from_run)
+    product: Callable[[Tensor, Tensor, Tensor | None], Tensor] = staticmethod(F.linear)
+
     suppressed: Tensor  # (vocab,) bool buffer: True at the ids never proposed
 
     def __init__(self, config: Seq2SeqConfig) -> None:
@@ -232,7 +237,7 @@ class Seq2SeqTransformer(nn.Module):
     def _project(self, hidden: Tensor) -> Tensor:
         if self.output_projection is not None:
             return self.output_projection(hidden)  # (..., vocab)
-        logits = hidden @ self.target_embedding.weight.t()  # (..., vocab): the pre-softmax matrix is the embedding
+        logits = self.product(hidden, self.target_embedding.weight, None)  # (..., vocab): the embedding's matrix
         return logits + self.output_bias if self.config.output_bias else logits
 
 

@@ -14,6 +14,7 @@ import torch
 
 from attnkit.baselines.bahdanau_rnn import check_architecture
 from attnkit.errors import CheckpointError, ConfigError
+from attnkit.nn.onednn_linear import linear, onednn_linears
 from attnkit.translation.batching import pad_ids, token_batches
 from attnkit.translation.config import TranslationConfig, TranslationModel, build_model
 from attnkit.translation.decoding import ATTNKIT_RULES, DecodingConfig, EncoderDecoder, beam_search, greedy_decode
@@ -84,6 +85,10 @@ class Translator:
             if device.type != "cpu":
                 raise ConfigError(f"quantize={quantize!r} runs on the CPU, not {device}")
             model = quantized(model)
+        else:  # on the CPU the Linears and the tied output projection run oneDNN's product where it pays
+            onednn_linears(model)
+            if isinstance(model, Seq2SeqTransformer):
+                model.product = linear
         return cls(model.to(device), tokenizer, config)
 
     def translate(self, texts: Sequence[str], beam_size: int | None = None, alpha: float | None = None) -> list[str]:
