@@ -38,3 +38,13 @@ def test_int8_is_refused_on_another_device_and_other_schemes_by_name(detection_r
         Detector.from_run(detection_run, quantize="int4")
     with pytest.raises(ConfigError, match="CPU"):
         Detector.from_run(detection_run, device="meta", quantize="int8")
+
+
+def test_the_float32_detector_runs_its_linears_through_onednn(detection_run):
+    from attnkit.nn.onednn_linear import onednn_available
+
+    if not onednn_available():
+        pytest.skip("this PyTorch has no oneDNN")
+    model = Detector.from_run(detection_run, device="cpu").model
+    assert any(type(module) is OneDnnLinear for module in model.modules())
+    assert not any(type(module) is nn.Linear for module in model.modules())

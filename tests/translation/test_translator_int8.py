@@ -35,3 +35,20 @@ def test_int8_translator_has_int8_linears_and_float_like_logits(translation_run)
 def test_an_unknown_quantization_is_refused_by_name(translation_run):
     with pytest.raises(ConfigError, match="'int4'.*int8"):
         Translator.from_run(translation_run, quantize="int4")
+
+
+def test_the_float32_translator_runs_its_linears_and_tied_projection_through_onednn(translation_run, monkeypatch):
+    from attnkit.nn import onednn_linear
+    from attnkit.nn.onednn_linear import OneDnnLinear
+
+    if not onednn_linear.onednn_available():
+        pytest.skip("this PyTorch has no oneDNN")
+    translator = Translator.from_run(translation_run, device="cpu")
+    assert any(type(module) is OneDnnLinear for module in translator.model.modules())
+    assert translator.model.product is onednn_linear.linear
+    monkeypatch.setattr(onednn_linear, "ONEDNN_PAYS", 1)  # every product oneDNN's, even this tiny model's
+    hidden = torch.randn(2, 3, translator.model.target_embedding.weight.shape[1])
+    with torch.no_grad():
+        torch.testing.assert_close(translator.model._project(hidden), torch.nn.functional.linear(
+            hidden, translator.model.target_embedding.weight) + (translator.model.output_bias
+                                                                if translator.config.model.output_bias else 0))

@@ -388,4 +388,6 @@ def test_the_proposals_at_inference_are_the_training_forms_best_boxes_even_past_
             trained = proposals.train()(memory, levels, count)
             inferred = proposals.eval()(memory, levels, count)
             torch.testing.assert_close(inferred[2], trained[2])  # the scores
+            usable_keys = trained[2] >= 0  # each usable key's score: its best class's probability
+            torch.testing.assert_close(trained[2][usable_keys], trained[0].sigmoid().max(-1).values[usable_keys])
             torch.testing.assert_close(inferred[3], trained[3])  # the chosen boxes
