@@ -5,7 +5,7 @@ weight is a constant as int8 (QInt8, one scale per output column: rows of a tied
 in range) and quantizes their activations per call (uint8, one scale per tensor), as
 `attnkit.nn.quantize` does in PyTorch. The weights use 7 of the 8 bits (`reduce_range`, as PyTorch's
 x86 default does): on CPUs without VNNI, ONNX Runtime multiplies uint8 by int8 with AVX2's pairwise
-multiply-add, whose 16-bit sums saturate with full-range weights (logits off by 0.8 where 0.02 is usual). The quantizer takes a MatMul only when its
+multiply-add, whose 16-bit sums saturate with full-range weights. The quantizer takes a MatMul only when its
 weight is an initializer, and in the exported graph some are computed from one: the tied output
 projection is Transpose(embedding), a slice of the packed W^Q, W^K, W^V is Split(in_proj_weight).
 So each graph is first constant-folded by ONNX Runtime's basic, provider-independent optimizations
